@@ -1,0 +1,4 @@
+"""Faust agents: the fold of ``__coordination_state`` and the role runners.
+
+Not built yet; see ``app``.
+"""

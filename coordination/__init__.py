@@ -1,0 +1,110 @@
+"""Leader election, leases and fencing tokens for active/standby work on Kafka.
+
+Guaranteed:
+
+- At most one member of a role holds the role's current fencing token: the
+  producer epoch Kafka's transaction coordinator mints for
+  ``transactional.id = <role>``. The quorum persists it and it only grows.
+- The broker rejects every write a deposed leader makes through the role's
+  fenced producer (`Leadership.transaction()`); nothing it sent becomes
+  visible to read_committed readers. The cluster fences; safety never depends
+  on the deposed leader noticing.
+- Any process can ask, with one request, whether a token is authoritative
+  (`describe_leadership`). Authority is equality with the current token.
+- Successive tenures are ordered by `Leadership.tenure`, the offset of the
+  tenure's first lease record, which strictly increases.
+- Every record of a role lives in one partition of ``__coordination_state``,
+  so rank (registration order) and the lease history have one total order.
+
+Not guaranteed:
+
+- Side effects outside the role's producer (a database write, an HTTP call)
+  are not fenced by the broker. Check `describe_leadership(...).authoritative`
+  or stop at `Leadership.fence_deadline`.
+- The lease adds no safety. It only decides when a standby stops waiting for
+  a quiet holder; clock skew or a wrong lease moves failover time earlier or
+  later, never to two authoritative writers.
+- Tokens are not ordered across producer ids: a newer producer id can be
+  numerically smaller. Order writers by tenure, not by token.
+- Liveness needs a reachable transaction coordinator and a state topic whose
+  partition count every member agrees on (checked at start-up).
+
+The package has no Faust import; the worker application (``app``, ``agents``,
+``tables``) builds on it.
+"""
+
+from coordination.clock import Clock, ManualClock, SystemClock
+from coordination.errors import FencedError, FormatError, StateTopicError
+from coordination.evaluate import Step, evaluate
+from coordination.memory import MemoryBroker, MemoryTransport
+from coordination.partition import murmur2, role_partition, to_positive
+from coordination.records import (
+    Key,
+    Kind,
+    Lease,
+    Registration,
+    decode_key,
+    decode_lease,
+    decode_registration,
+    encode_key,
+    encode_lease,
+    encode_registration,
+    lease_key,
+    registration_key,
+)
+from coordination.state import Record, RoleState, RosterEntry, build_role_state
+from coordination.status import LeadershipStatus
+from coordination.token import NO_EPOCH, FencingToken
+from coordination.transport import (
+    Coordinator,
+    GuardedTransaction,
+    LeaseWriter,
+    PartitionRead,
+    PartitionTail,
+    Registrar,
+    StateReader,
+    Transport,
+)
+
+__all__ = [
+    "NO_EPOCH",
+    "Clock",
+    "Coordinator",
+    "FencedError",
+    "FencingToken",
+    "FormatError",
+    "GuardedTransaction",
+    "Key",
+    "Kind",
+    "LeadershipStatus",
+    "Lease",
+    "LeaseWriter",
+    "ManualClock",
+    "MemoryBroker",
+    "MemoryTransport",
+    "PartitionRead",
+    "PartitionTail",
+    "Record",
+    "Registrar",
+    "Registration",
+    "RoleState",
+    "RosterEntry",
+    "StateReader",
+    "StateTopicError",
+    "Step",
+    "SystemClock",
+    "Transport",
+    "build_role_state",
+    "decode_key",
+    "decode_lease",
+    "decode_registration",
+    "encode_key",
+    "encode_lease",
+    "encode_registration",
+    "evaluate",
+    "lease_key",
+    "murmur2",
+    "registration_key",
+    "role_partition",
+    "to_positive",
+]

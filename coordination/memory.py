@@ -1,0 +1,432 @@
+"""An in-process model of the Kafka rules the protocol relies on.
+
+`MemoryBroker` is the cluster: a transaction coordinator that mints epochs,
+and partitioned logs with transactions, stable offsets and compaction.
+`MemoryTransport` is one client process on it, implementing the four
+`Transport` protocols as `KafkaTransport` does on a real cluster. It exists
+for unit tests and deterministic simulation; it never replaces an
+integration test against a real broker.
+
+Modelled on purpose, because the protocol's safety rests on them:
+InitProducerId bumps the epoch and never reuses a value; at epoch 32766 the
+next one moves to a new producer id with epoch 0, which may be numerically
+smaller (per-broker id blocks); an InitProducerId that finds a transaction
+open aborts it with one bump and then bumps again, as Kafka's
+CONCURRENT_TRANSACTIONS retry does; a transaction open longer than its
+timeout is aborted with a bump; writes and commits under a superseded token
+raise `FencedError`; read_committed reads stop at the last stable offset;
+offsets are per partition, control markers take offsets, and compaction
+keeps the offsets of the records it retains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coordination.clock import Clock, SystemClock
+from coordination.errors import FencedError, StateTopicError
+from coordination.partition import murmur2, to_positive
+from coordination.records import decode_key
+from coordination.state import Record
+from coordination.status import LeadershipStatus
+from coordination.token import NO_EPOCH, FencingToken
+from coordination.transport import PartitionRead
+
+__all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryTransport"]
+
+STATE_TOPIC = "__coordination_state"
+MAX_EPOCH = 32766
+"""The last epoch Kafka mints for a producer id before moving to a new id."""
+
+TxnState = Literal["Ongoing", "CompleteCommit", "CompleteAbort"]
+
+
+@dataclass(eq=False)
+class _Transaction:
+    role: str
+    token: FencingToken
+    started_ms: int
+    timeout_ms: int
+    state: TxnState = "Ongoing"
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _Entry:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    transaction: _Transaction | None
+    control: bool = False
+
+    def committed(self) -> bool:
+        if self.control:
+            return False
+        return self.transaction is None or self.transaction.state == "CompleteCommit"
+
+
+class _Partition:
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+        self.next_offset = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def append(self, entry_key: bytes | None, value: bytes | None, timestamp: int,
+               transaction: _Transaction | None, control: bool = False) -> int:
+        offset = self.next_offset
+        self.entries.append(_Entry(offset, entry_key, value, timestamp, transaction, control))
+        self.next_offset += 1
+        self.notify()
+        return offset
+
+    def last_stable_offset(self) -> int:
+        for entry in self.entries:
+            if entry.transaction is not None and entry.transaction.state == "Ongoing":
+                return entry.offset
+        return self.next_offset
+
+    def read_committed(self, from_offset: int) -> PartitionRead:
+        lso = self.last_stable_offset()
+        records = [
+            Record(e.offset, e.key or b"", e.value, e.timestamp)
+            for e in self.entries
+            if from_offset <= e.offset < lso and e.committed()
+        ]
+        return PartitionRead(records, lso, self.next_offset)
+
+    async def changed(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+@dataclass(eq=False)
+class _Topic:
+    partitions: list[_Partition]
+    compacted: bool
+
+
+@dataclass(eq=False)
+class _TransactionalId:
+    token: FencingToken
+    timeout_ms: int
+    open: _Transaction | None = None
+    state: str = "Empty"
+
+
+class MemoryBroker:
+    """The cluster: topics, partitions and one transaction coordinator.
+
+    `producer_ids` yields the ids handed out on first use and on epoch
+    exhaustion (default 1000, 1001, ...); pass a decreasing sequence to model
+    a coordinator that moved to a broker with a lower id block. `clock` times
+    transaction timeouts.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        producer_ids: Iterator[int] | None = None,
+        transaction_max_timeout: float = 900.0,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._producer_ids = producer_ids if producer_ids is not None else itertools.count(1000)
+        self._used_ids: set[int] = set()
+        self.transaction_max_timeout_ms = round(transaction_max_timeout * 1000)
+        self.topics: dict[str, _Topic] = {}
+        self._ids: dict[str, _TransactionalId] = {}
+        self.epochs_minted = 0
+
+    def create_topic(self, name: str, partitions: int, *, compacted: bool = True) -> None:
+        """Create `name` with `partitions` empty partitions."""
+        if name in self.topics:
+            raise ValueError(f"topic {name!r} exists")
+        self.topics[name] = _Topic([_Partition() for _ in range(partitions)], compacted)
+
+    def partition(self, topic: str, partition: int) -> _Partition:
+        """The log of one partition; a missing topic or partition is a `KeyError`."""
+        try:
+            return self.topics[topic].partitions[partition]
+        except (KeyError, IndexError):
+            raise KeyError(f"no partition {topic}-{partition}") from None
+
+    # The transaction coordinator.
+
+    def init_producer_id(
+        self, role: str, transaction_timeout: float, current: FencingToken | None = None
+    ) -> FencingToken:
+        """InitProducerId: mint the role's next token, fencing the previous one."""
+        timeout_ms = round(transaction_timeout * 1000)
+        if not 0 < timeout_ms <= self.transaction_max_timeout_ms:
+            raise ValueError(
+                f"transaction timeout {timeout_ms} ms is outside (0, "
+                f"{self.transaction_max_timeout_ms}] ms (INVALID_TRANSACTION_TIMEOUT)"
+            )
+        self.expire_transactions()
+        entry = self._ids.get(role)
+        if entry is None:
+            entry = _TransactionalId(FencingToken(self._new_producer_id(), 0), timeout_ms)
+            self._ids[role] = entry
+            self.epochs_minted += 1
+            return entry.token
+        if current is not None and current != entry.token:
+            raise FencedError(f"{role}: {current} is not the current epoch {entry.token}")
+        if entry.open is not None:
+            self._finish(entry, "CompleteAbort")
+            self._bump(entry)
+        self._bump(entry)
+        entry.timeout_ms = timeout_ms
+        entry.state = "Empty"
+        return entry.token
+
+    def describe(self, role: str) -> LeadershipStatus:
+        """DescribeTransactions: the role's current token and transaction state."""
+        self.expire_transactions()
+        entry = self._ids.get(role)
+        if entry is None:
+            return LeadershipStatus(role, NO_EPOCH, "Unknown")
+        return LeadershipStatus(role, entry.token, entry.state)
+
+    def expire_transactions(self) -> None:
+        """Abort, with a bump, every transaction open longer than its timeout."""
+        now = self.clock.now_ms()
+        for entry in self._ids.values():
+            txn = entry.open
+            if txn is not None and now - txn.started_ms > txn.timeout_ms:
+                self._finish(entry, "CompleteAbort")
+                self._bump(entry)
+
+    def _new_producer_id(self) -> int:
+        producer_id = next(self._producer_ids)
+        if producer_id in self._used_ids:
+            raise RuntimeError(f"producer id {producer_id} handed out twice")
+        self._used_ids.add(producer_id)
+        return producer_id
+
+    def _bump(self, entry: _TransactionalId) -> None:
+        if entry.token.producer_epoch >= MAX_EPOCH:
+            entry.token = FencingToken(self._new_producer_id(), 0)
+        else:
+            entry.token = FencingToken(entry.token.producer_id, entry.token.producer_epoch + 1)
+        self.epochs_minted += 1
+
+    def _finish(self, entry: _TransactionalId, outcome: TxnState) -> None:
+        txn = entry.open
+        assert txn is not None
+        txn.state = outcome
+        entry.open = None
+        entry.state = outcome
+        for topic, index in sorted(txn.partitions):
+            self.partition(topic, index).append(None, None, self.clock.now_ms(), txn, True)
+
+    def _current(self, role: str, token: FencingToken) -> _TransactionalId:
+        self.expire_transactions()
+        entry = self._ids.get(role)
+        if entry is None or entry.token != token:
+            current = entry.token if entry else None
+            raise FencedError(f"{role}: epoch {token} is superseded by {current}")
+        return entry
+
+    # Transactions, as the fenced producer sees them.
+
+    def begin(self, role: str, token: FencingToken) -> _Transaction:
+        """Open a transaction for `role` under `token`."""
+        entry = self._current(role, token)
+        if entry.open is not None:
+            raise RuntimeError(f"{role}: a transaction is already open")
+        entry.open = _Transaction(role, token, self.clock.now_ms(), entry.timeout_ms)
+        entry.state = "Ongoing"
+        return entry.open
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        transaction: _Transaction | None = None,
+    ) -> int:
+        """Append one record; inside `transaction` only while its token is current."""
+        log = self.partition(topic, partition)
+        if transaction is not None:
+            entry = self._current(transaction.role, transaction.token)
+            if entry.open is not transaction:
+                raise FencedError(f"{transaction.role}: the transaction was aborted")
+            transaction.partitions.add((topic, partition))
+        return log.append(key, value, timestamp, transaction)
+
+    def end(self, transaction: _Transaction, commit: bool) -> None:
+        """EndTxn: commit or abort `transaction`, writing control markers."""
+        entry = self._current(transaction.role, transaction.token)
+        if entry.open is not transaction:
+            raise FencedError(f"{transaction.role}: the transaction was aborted")
+        self._finish(entry, "CompleteCommit" if commit else "CompleteAbort")
+
+    # Log maintenance, as the broker's cleaner does it.
+
+    def compact(self, topic: str) -> None:
+        """Compact every partition of `topic` below its stable offset.
+
+        Keeps the latest record of each key with its offset, and removes
+        tombstones, aborted records and control markers; offsets never move.
+        """
+        for log in self.topics[topic].partitions:
+            lso = log.last_stable_offset()
+            latest: dict[bytes | None, int] = {}
+            for entry in log.entries:
+                if entry.offset < lso and entry.committed():
+                    latest[entry.key] = entry.offset
+            log.entries = [
+                e
+                for e in log.entries
+                if e.offset >= lso
+                or (e.committed() and latest.get(e.key) == e.offset and e.value)
+            ]
+
+
+class _MemoryTail:
+    def __init__(self, log: _Partition, from_offset: int) -> None:
+        self._log = log
+        self._position = from_offset
+        self._seen: tuple[int, int] | None = None
+
+    async def next(self) -> PartitionRead:
+        while True:
+            read = self._log.read_committed(self._position)
+            marks = (read.last_stable_offset, read.high_watermark)
+            if read.records or marks != self._seen:
+                self._seen = marks
+                self._position = max(self._position, read.last_stable_offset)
+                return read
+            await self._log.changed()
+
+    async def close(self) -> None:
+        return None
+
+
+class _MemoryTransaction:
+    def __init__(self, client: MemoryTransport, transaction: _Transaction) -> None:
+        self._client = client
+        self._txn = transaction
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        broker = self._client.broker
+        if partition is None:
+            count = len(broker.topics[topic].partitions)
+            partition = to_positive(murmur2(key)) % count if key else 0
+        broker.produce(topic, partition, key, value, self._client.clock.now_ms(), self._txn)
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        return self._client.broker.produce(
+            self._client.topic, partition, key, value, self._client.clock.now_ms(), self._txn
+        )
+
+    async def commit(self) -> None:
+        self._client.broker.end(self._txn, commit=True)
+
+    async def abort(self) -> None:
+        self._client.broker.end(self._txn, commit=False)
+
+
+class MemoryTransport:
+    """One client process on a `MemoryBroker`: all four `Transport` protocols.
+
+    Like a `KafkaTransport`, it keeps the producer each acquired epoch binds,
+    so two transports on one broker are two processes that can fence each
+    other. Record timestamps come from this client's `clock`, as Kafka's
+    CreateTime does, so a skewed clock here is a skewed member.
+    """
+
+    def __init__(
+        self,
+        broker: MemoryBroker | None = None,
+        *,
+        topic: str = STATE_TOPIC,
+        clock: Clock | None = None,
+    ) -> None:
+        self.broker = broker or MemoryBroker(clock=clock)
+        self.topic = topic
+        self.clock: Clock = clock or self.broker.clock
+        self._producers: dict[str, FencingToken] = {}
+
+    async def __aenter__(self) -> MemoryTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._producers.clear()
+
+    async def acquire_epoch(
+        self, role: str, transaction_timeout: float, current: FencingToken | None = None
+    ) -> FencingToken:
+        """InitProducerId on the broker's coordinator; keeps the producer it binds."""
+        token = self.broker.init_producer_id(role, transaction_timeout, current)
+        self._producers[role] = token
+        return token
+
+    async def describe_epoch(self, role: str) -> LeadershipStatus:
+        """The coordinator's current token for `role`."""
+        return self.broker.describe(role)
+
+    async def read_partition(self, partition: int) -> PartitionRead:
+        """Committed records of the state topic's `partition`, to the stable offset."""
+        return self.broker.partition(self.topic, partition).read_committed(0)
+
+    async def tail(self, partition: int, from_offset: int) -> _MemoryTail:
+        """Follow the state topic's `partition` from `from_offset`."""
+        return _MemoryTail(self.broker.partition(self.topic, partition), from_offset)
+
+    async def check_topic(self, partitions: int, lease_duration: float) -> None:
+        """Refuse a missing, non-compacted or differently partitioned state topic."""
+        topic = self.broker.topics.get(self.topic)
+        if topic is None:
+            raise StateTopicError(f"the state topic {self.topic!r} does not exist: create it")
+        if not topic.compacted:
+            raise StateTopicError(f"the state topic {self.topic!r} must be compacted")
+        if len(topic.partitions) != partitions:
+            raise StateTopicError(
+                f"the state topic {self.topic!r} has {len(topic.partitions)} partitions, "
+                f"configured {partitions}: configure every member with the real count"
+            )
+        if round(lease_duration * 1000) > self.broker.transaction_max_timeout_ms:
+            raise StateTopicError("the lease is longer than transaction.max.timeout.ms")
+
+    async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Write a registration record through the plain producer."""
+        return self.broker.produce(self.topic, partition, key, value, self.clock.now_ms())
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Commit one lease record in its own transaction of the role's producer."""
+        txn = await self.begin_transaction(decode_key(key).role)
+        offset = await txn.write_lease(partition, key, value)
+        await txn.commit()
+        return offset
+
+    async def begin_transaction(self, role: str) -> _MemoryTransaction:
+        """Open a transaction under the token this client acquired for `role`."""
+        token = self._producers.get(role)
+        if token is None:
+            raise RuntimeError(f"no epoch acquired for role {role!r} on this transport")
+        return _MemoryTransaction(self, self.broker.begin(role, token))
+
+    async def release(self, role: str) -> None:
+        """Forget `role`'s producer, as closing it does."""
+        self._producers.pop(role, None)

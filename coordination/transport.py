@@ -1,0 +1,155 @@
+"""The seam between the protocol and the broker: four small protocols.
+
+`KafkaTransport` implements them on a real cluster and `MemoryTransport` in
+process, for unit tests and deterministic simulation. The leadership logic
+sees only these methods, so what it relies on of Kafka is written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordination.state import Record
+from coordination.status import LeadershipStatus
+from coordination.token import FencingToken
+
+__all__ = [
+    "Coordinator",
+    "GuardedTransaction",
+    "LeaseWriter",
+    "PartitionRead",
+    "PartitionTail",
+    "Registrar",
+    "StateReader",
+    "Transport",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """Committed records of one partition, and where its log stood.
+
+    `records` are in offset order and end below `last_stable_offset`; a
+    stable offset below `high_watermark` means a transaction is open on the
+    partition and hides everything after its first record.
+    """
+
+    records: list[Record]
+    last_stable_offset: int
+    high_watermark: int
+
+
+class Coordinator(Protocol):
+    """Kafka's transaction coordinator, which mints and reports epochs."""
+
+    async def acquire_epoch(
+        self, role: str, transaction_timeout: float, current: FencingToken | None = None
+    ) -> FencingToken:
+        """Run InitProducerId for ``transactional.id = role`` and keep the producer.
+
+        The epoch binds to that producer; `LeaseWriter` writes through it.
+        With `current`, the bump is conditional (KIP-360): it happens only
+        while `current` is the coordinator's token, else `FencedError`.
+        """
+        ...
+
+    async def describe_epoch(self, role: str) -> LeadershipStatus:
+        """The coordinator's current token for `role` (DescribeTransactions)."""
+        ...
+
+
+class PartitionTail(Protocol):
+    """A read_committed follower of one partition."""
+
+    async def next(self) -> PartitionRead:
+        """Wait until the partition changes; return the new committed records.
+
+        Returns when records became committed past the previous position, or
+        when the stable offset or high watermark moved. Cancelling it loses
+        nothing.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop following."""
+        ...
+
+
+class StateReader(Protocol):
+    """Reads ``__coordination_state`` with read_committed isolation."""
+
+    async def read_partition(self, partition: int) -> PartitionRead:
+        """Every committed record from the first offset to the last stable offset."""
+        ...
+
+    async def tail(self, partition: int, from_offset: int) -> PartitionTail:
+        """Follow `partition` from `from_offset`."""
+        ...
+
+    async def check_topic(self, partitions: int, lease_duration: float) -> None:
+        """Refuse to run on a state topic that would break the protocol.
+
+        Raises `StateTopicError` naming the fix when the topic is missing, not
+        exactly ``cleanup.policy=compact``, has another partition count than
+        `partitions`, or the broker's ``transaction.max.timeout.ms`` is below
+        the lease duration.
+        """
+        ...
+
+
+class Registrar(Protocol):
+    """Appends registrations through a plain idempotent producer."""
+
+    async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Write one record to the state topic at `partition`; return its offset."""
+        ...
+
+
+class GuardedTransaction(Protocol):
+    """One open Kafka transaction of a role's fenced producer."""
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Add a record to the transaction; it is visible only once committed."""
+        ...
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Add a lease record to the state topic; return its offset."""
+        ...
+
+    async def commit(self) -> None:
+        """Commit; `FencedError` if the role's epoch moved on."""
+        ...
+
+    async def abort(self) -> None:
+        """Abort; nothing sent in the transaction becomes visible."""
+        ...
+
+
+class LeaseWriter(Protocol):
+    """Writes through the producer `Coordinator.acquire_epoch` bound."""
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Commit one lease record (the role is the key's) in its own transaction.
+
+        Returns the record's offset; `FencedError` if the epoch moved on.
+        """
+        ...
+
+    async def begin_transaction(self, role: str) -> GuardedTransaction:
+        """Open a transaction on `role`'s fenced producer."""
+        ...
+
+    async def release(self, role: str) -> None:
+        """Close `role`'s fenced producer; its epoch can no longer write."""
+        ...
+
+
+class Transport(Coordinator, StateReader, Registrar, LeaseWriter, Protocol):
+    """All four protocols: what `acquire_leadership` needs."""
