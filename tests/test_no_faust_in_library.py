@@ -29,7 +29,10 @@ def test_no_module_under_coordination_imports_faust():
 
 
 def test_importing_the_library_loads_no_faust_module():
-    probe = "import sys, coordination; print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'mode')))"
+    probe = (
+        "import sys, coordination; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'mode')))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"

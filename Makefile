@@ -1,0 +1,53 @@
+# The two commands a new user needs: `make run` and `make test`.
+# Everything else here is what they are built from.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+KAFKA  := $(PY) deploy/kafka/kafka.py
+# The broker `make kafka-up` and `make run` manage (tests start their own).
+KAFKA_DIR  ?= .cache/kafka/local
+KAFKA_PORT ?= 9092
+
+.PHONY: run test lint typecheck unit integration venv kafka-jars kafka-up kafka-down kafka-status clean
+
+run: venv kafka-jars
+	$(PY) deploy/run.py --kafka-dir $(KAFKA_DIR) --kafka-port $(KAFKA_PORT)
+
+test: venv kafka-jars lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv lint typecheck
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+integration: venv kafka-jars
+	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check .
+
+typecheck: venv
+	$(PY) -m mypy --strict coordination
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+kafka-jars:
+	bash deploy/kafka/fetch-jars.sh
+
+kafka-up: venv kafka-jars
+	$(KAFKA) up --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+
+kafka-down: venv
+	$(KAFKA) down --dir $(KAFKA_DIR)
+
+kafka-status: venv
+	$(KAFKA) status --dir $(KAFKA_DIR)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,63 @@
+"""Shared fixtures: a real Kafka broker for the tests marked `integration`.
+
+With ``KAFKA_BOOTSTRAP_SERVERS`` set, those tests use that cluster. Without
+it, the first test that needs a broker starts a local single-node KRaft broker
+from the Maven Central jars (``deploy/kafka/kafka.py``) in a temporary folder,
+and the session stops it by PID at the end, also when tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SCRIPT = ROOT / "deploy" / "kafka" / "kafka.py"
+START_TIMEOUT = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _kafka(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(KAFKA_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of a real broker: the configured one, or one started here."""
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    folder = tmp_path_factory.mktemp("kafka")
+    try:
+        started = _kafka("up", "--dir", str(folder), "--port", str(_free_port()),
+                         timeout=START_TIMEOUT)
+        if started.returncode != 0:
+            pytest.fail(
+                f"the local Kafka broker did not start (exit {started.returncode}):\n"
+                f"{started.stdout}\n{started.stderr}",
+                pytrace=False,
+            )
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        stopped = _kafka("down", "--dir", str(folder), timeout=120)
+        if stopped.returncode != 0:
+            print(f"stopping the local broker failed:\n{stopped.stderr}", file=sys.stderr)
