@@ -34,8 +34,10 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 """
 
 from coordination.clock import Clock, ManualClock, SystemClock
+from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import FencedError, FormatError, StateTopicError
 from coordination.evaluate import Step, evaluate
+from coordination.leadership import GuardedWriter, Leadership, LeadershipOptions, acquire_leadership
 from coordination.memory import MemoryBroker, MemoryTransport
 from coordination.partition import murmur2, role_partition, to_positive
 from coordination.records import (
@@ -74,8 +76,11 @@ __all__ = [
     "FencingToken",
     "FormatError",
     "GuardedTransaction",
+    "GuardedWriter",
     "Key",
     "Kind",
+    "Leadership",
+    "LeadershipOptions",
     "LeadershipStatus",
     "Lease",
     "LeaseWriter",
@@ -94,10 +99,13 @@ __all__ = [
     "Step",
     "SystemClock",
     "Transport",
+    "acquire_leadership",
     "build_role_state",
     "decode_key",
     "decode_lease",
     "decode_registration",
+    "describe_leadership",
+    "describe_role_state",
     "encode_key",
     "encode_lease",
     "encode_registration",

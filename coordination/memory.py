@@ -297,6 +297,15 @@ class MemoryBroker:
             ]
 
 
+async def _round_trip() -> None:
+    """Yield to the event loop, as a request to a real broker does.
+
+    Other members run between a client's calls, so interleavings such as two
+    InitProducerIds before either first lease write happen here too.
+    """
+    await asyncio.sleep(0)
+
+
 class _MemoryTail:
     def __init__(self, log: _Partition, from_offset: int) -> None:
         self._log = log
@@ -329,6 +338,7 @@ class _MemoryTransaction:
         key: bytes | None = None,
         partition: int | None = None,
     ) -> None:
+        await _round_trip()
         broker = self._client.broker
         if partition is None:
             count = len(broker.topics[topic].partitions)
@@ -336,11 +346,13 @@ class _MemoryTransaction:
         broker.produce(topic, partition, key, value, self._client.clock.now_ms(), self._txn)
 
     async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        await _round_trip()
         return self._client.broker.produce(
             self._client.topic, partition, key, value, self._client.clock.now_ms(), self._txn
         )
 
     async def commit(self) -> None:
+        await _round_trip()
         self._client.broker.end(self._txn, commit=True)
 
     async def abort(self) -> None:
@@ -378,23 +390,27 @@ class MemoryTransport:
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
     ) -> FencingToken:
         """InitProducerId on the broker's coordinator; keeps the producer it binds."""
+        await _round_trip()
         token = self.broker.init_producer_id(role, transaction_timeout, current)
         self._producers[role] = token
+        await _round_trip()
         return token
 
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         """The coordinator's current token for `role`."""
+        await _round_trip()
         return self.broker.describe(role)
 
     async def read_partition(self, partition: int) -> PartitionRead:
         """Committed records of the state topic's `partition`, to the stable offset."""
+        await _round_trip()
         return self.broker.partition(self.topic, partition).read_committed(0)
 
     async def tail(self, partition: int, from_offset: int) -> _MemoryTail:
         """Follow the state topic's `partition` from `from_offset`."""
         return _MemoryTail(self.broker.partition(self.topic, partition), from_offset)
 
-    async def check_topic(self, partitions: int, lease_duration: float) -> None:
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
         """Refuse a missing, non-compacted or differently partitioned state topic."""
         topic = self.broker.topics.get(self.topic)
         if topic is None:
@@ -406,15 +422,20 @@ class MemoryTransport:
                 f"the state topic {self.topic!r} has {len(topic.partitions)} partitions, "
                 f"configured {partitions}: configure every member with the real count"
             )
-        if round(lease_duration * 1000) > self.broker.transaction_max_timeout_ms:
+        if (
+            lease_duration is not None
+            and round(lease_duration * 1000) > self.broker.transaction_max_timeout_ms
+        ):
             raise StateTopicError("the lease is longer than transaction.max.timeout.ms")
 
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write a registration record through the plain producer."""
+        await _round_trip()
         return self.broker.produce(self.topic, partition, key, value, self.clock.now_ms())
 
     async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Commit one lease record in its own transaction of the role's producer."""
+        await _round_trip()
         txn = await self.begin_transaction(decode_key(key).role)
         offset = await txn.write_lease(partition, key, value)
         await txn.commit()

@@ -62,8 +62,11 @@ class RoleState:
     vacant_since: int | None = None
     """In a vacancy: the Kafka timestamp of the first lease tombstone after the
     last lease record."""
-    lease_seen: bool = False
-    """Whether any record under the lease key (value or tombstone) was read."""
+    lease_offset: int | None = None
+    """The offset of the latest record under the lease key (value or tombstone)."""
+    misplaced: int = 0
+    """Records of the partition whose role hashes elsewhere (set by readers
+    that know the partition)."""
 
     @property
     def roster(self) -> list[str]:
@@ -140,7 +143,7 @@ def _fold_registration(state: RoleState, record: Record, member: str) -> None:
 
 def _fold_lease(state: RoleState, record: Record, tenures: dict[FencingToken, int]) -> None:
     if not record.value:
-        state.lease_seen = True
+        state.lease_offset = record.offset
         if state.lease is not None:
             state.cleared_member = state.lease.member
             state.vacant_since = record.timestamp
@@ -150,7 +153,7 @@ def _fold_lease(state: RoleState, record: Record, tenures: dict[FencingToken, in
             state.vacant_since = record.timestamp
         return
     lease = decode_lease(record.value)
-    state.lease_seen = True
+    state.lease_offset = record.offset
     token = FencingToken(lease.producer_id, lease.producer_epoch)
     state.lease = lease
     state.tenure = tenures.setdefault(token, record.offset)

@@ -87,13 +87,13 @@ class StateReader(Protocol):
         """Follow `partition` from `from_offset`."""
         ...
 
-    async def check_topic(self, partitions: int, lease_duration: float) -> None:
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
         """Refuse to run on a state topic that would break the protocol.
 
         Raises `StateTopicError` naming the fix when the topic is missing, not
         exactly ``cleanup.policy=compact``, has another partition count than
         `partitions`, or the broker's ``transaction.max.timeout.ms`` is below
-        the lease duration.
+        `lease_duration` (not checked when None: a reader holds no lease).
         """
         ...
 

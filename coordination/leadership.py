@@ -1,0 +1,555 @@
+"""Acquiring, holding and resigning a role (DESIGN.md §3 and §4).
+
+`acquire_leadership` registers the member, waits its turn by tailing the
+role's partition, challenges (InitProducerId, then the first lease record)
+and returns a `Leadership` that renews in the background. Safety comes from
+the broker: every write of a `Leadership` goes through the producer its
+epoch binds, and a superseded epoch's writes are rejected. The lease and the
+fence deadline only time failover and bound side effects the broker cannot
+guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from coordination.clock import Clock, SystemClock
+from coordination.errors import FencedError
+from coordination.evaluate import challenger_index, evaluate, stagger_ms
+from coordination.follower import PartitionFollower
+from coordination.partition import role_partition
+from coordination.records import (
+    MAX_STRING_BYTES,
+    Lease,
+    Registration,
+    encode_key,
+    encode_lease,
+    encode_registration,
+    lease_key,
+    registration_key,
+)
+from coordination.state import RoleState
+from coordination.token import FencingToken
+from coordination.transport import GuardedTransaction, Transport
+
+__all__ = ["GuardedWriter", "Leadership", "LeadershipOptions", "acquire_leadership"]
+
+log = logging.getLogger("coordination.leadership")
+
+T = TypeVar("T")
+
+MAX_FENCE_MARGIN = 5.0
+RETRY_INTERVAL_MS = 250
+MAX_BACKOFF_LEASES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipOptions:
+    """Validated timing and layout of one role's candidate.
+
+    The fence margin is min(5 s, lease/3): a leader stops trusting its lease
+    that long before the deadline it wrote, to cover clock error and the delay
+    between the deadline passing and the leader noticing.
+    """
+
+    partitions: int = 16
+    lease_duration: float = 30.0
+    renew_interval: float = 10.0
+    challenge_stagger: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be at least 1, got {self.partitions}")
+        if not self.lease_duration > 0:
+            raise ValueError(f"lease_duration must be positive, got {self.lease_duration}")
+        if not self.renew_interval > 0:
+            raise ValueError(f"renew_interval must be positive, got {self.renew_interval}")
+        if self.challenge_stagger < 0:
+            raise ValueError(
+                f"challenge_stagger must not be negative, got {self.challenge_stagger}"
+            )
+        limit = self.lease_duration - self.fence_margin
+        if not self.renew_interval < limit:
+            raise ValueError(
+                f"renew_interval ({self.renew_interval} s) must be shorter than lease_duration "
+                f"minus the fence margin ({self.lease_duration} - {self.fence_margin:.3f} = "
+                f"{limit:.3f} s), or the leader fences itself between renewals"
+            )
+
+    @property
+    def fence_margin(self) -> float:
+        """How long before the lease deadline the leader stops trusting it."""
+        return min(MAX_FENCE_MARGIN, self.lease_duration / 3)
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease duration in milliseconds."""
+        return round(self.lease_duration * 1000)
+
+    @property
+    def renew_ms(self) -> int:
+        """The renew interval in milliseconds."""
+        return round(self.renew_interval * 1000)
+
+    @property
+    def margin_ms(self) -> int:
+        """The fence margin in milliseconds."""
+        return round(self.fence_margin * 1000)
+
+    @property
+    def stagger_ms(self) -> int:
+        """The challenge stagger in milliseconds, rounded half up."""
+        return stagger_ms(self.challenge_stagger)
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not name:
+        raise ValueError(f"the {kind} must not be empty")
+    size = len(name.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_STRING_BYTES:
+        raise ValueError(f"the {kind} is {size} UTF-8 bytes, over the limit of 32767")
+
+
+async def acquire_leadership(
+    transport: Transport,
+    role: str,
+    member: str,
+    *,
+    partitions: int = 16,
+    lease_duration: float = 30.0,
+    renew_interval: float = 10.0,
+    challenge_stagger: float = 5.0,
+    clock: Clock | None = None,
+) -> Leadership:
+    """Register `member` for `role`, wait its turn, and take the role.
+
+    Returns once this member has written the first lease record of its
+    tenure under a freshly minted epoch. Raises `ValueError` before any I/O
+    for a bad name or option, and `StateTopicError` for a state topic the
+    protocol cannot run on. Cancel the call to stop waiting.
+    """
+    _check_name("role", role)
+    _check_name("member", member)
+    options = LeadershipOptions(partitions, lease_duration, renew_interval, challenge_stagger)
+    await transport.check_topic(options.partitions, options.lease_duration)
+    candidate = _Candidate(transport, role, member, options, clock or SystemClock())
+    return await candidate.run()
+
+
+class _Candidate:
+    """The wait-and-challenge loop of one member for one role."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        role: str,
+        member: str,
+        options: LeadershipOptions,
+        clock: Clock,
+    ) -> None:
+        self.transport = transport
+        self.role = role
+        self.member = member
+        self.options = options
+        self.clock = clock
+        self.partition = role_partition(role, options.partitions)
+        self.follower = PartitionFollower(transport, self.partition, clock)
+        self.registered_offset: int | None = None
+        self.losses = 0
+        self.not_before = 0
+        self.not_before_mark: int | None = None
+        self.stall_expired_at_lso: int | None = None
+        self.warned_shared_id = False
+
+    async def run(self) -> Leadership:
+        await self.follower.refresh()
+        await self._register()
+        try:
+            while True:
+                leadership = await self._step()
+                if leadership is not None:
+                    return leadership
+        finally:
+            await self.follower.close()
+
+    async def _step(self) -> Leadership | None:
+        if not self._own_registration_visible():
+            await self.follower.wait(None)
+            return None
+        state = self.follower.state(self.role)
+        self._forget_backoff_if_lease_moved(state)
+        self._warn_if_member_id_shared(state)
+        now = self.clock.now_ms()
+        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        if step.action == "register":
+            await self._register()
+        elif step.action == "wait" or now < self.not_before:
+            await self.follower.wait(max(step.at_ms, self.not_before))
+        elif step.action == "challenge":
+            return await self._challenge()
+        return None
+
+    def _own_registration_visible(self) -> bool:
+        return (
+            self.registered_offset is None
+            or self.follower.last_stable_offset > self.registered_offset
+        )
+
+    async def _register(self) -> None:
+        """Append a registration: every incarnation of a member joins at the tail."""
+        registration = Registration(self.member, self.clock.now_ms())
+        self.registered_offset = await self.transport.append(
+            self.partition,
+            encode_key(registration_key(self.role, self.member)),
+            encode_registration(registration),
+        )
+        log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
+
+    async def _challenge(self) -> Leadership | None:
+        await self.follower.refresh()
+        if await self._stalled():
+            return None
+        state = self.follower.state(self.role)
+        now = self.clock.now_ms()
+        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        if step.action != "challenge" or now < self.not_before:
+            return None
+        token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
+        granted = self.clock.now_ms()
+        lease = Lease(
+            self.member,
+            token.producer_id,
+            token.producer_epoch,
+            granted,
+            granted + self.options.lease_ms,
+        )
+        try:
+            tenure = await self.transport.write_lease(
+                self.partition, encode_key(lease_key(self.role)), encode_lease(lease)
+            )
+        except FencedError:
+            await self._lost(token)
+            return None
+        self.losses = 0
+        log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
+        return Leadership(self.transport, self.role, self.member, self.partition, token,
+                          tenure, lease, self.options, self.clock)
+
+    async def _stalled(self) -> bool:
+        """Hold a challenge while an open transaction hides the partition's tail.
+
+        A holder that died inside a transaction leaves the stable offset below
+        the high watermark, hiding every role's renewals on the partition. Wait
+        for the stable offset to pass the high watermark seen now, for at most
+        one lease; then move this member's slot after that instant, keeping
+        rank order.
+        """
+        follower = self.follower
+        stuck_at = follower.last_stable_offset
+        if stuck_at >= follower.high_watermark or stuck_at == self.stall_expired_at_lso:
+            return False
+        seen_hw = follower.high_watermark
+        give_up = self.clock.now_ms() + self.options.lease_ms
+        log.info("%s: stable offset %d below high watermark %d; holding the challenge",
+                 self.role, stuck_at, seen_hw)
+        while follower.last_stable_offset < seen_hw and self.clock.now_ms() < give_up:
+            await follower.wait(give_up)
+        ended = self.clock.now_ms()
+        if follower.last_stable_offset < seen_hw:
+            self.stall_expired_at_lso = follower.last_stable_offset
+        await follower.refresh()
+        state = follower.state(self.role)
+        self._defer_to(ended + challenger_index(state, self.member) * self.options.stagger_ms,
+                       state)
+        return True
+
+    async def _lost(self, token: FencingToken) -> None:
+        """Back off after losing a challenge, so losers never fence a winner
+        that is still writing its first lease."""
+        self.losses += 1
+        fenced_at = self.clock.now_ms()
+        await self.follower.refresh()
+        state = self.follower.state(self.role)
+        backoff = min(2 ** (self.losses - 1), MAX_BACKOFF_LEASES) * self.options.lease_ms
+        rank = challenger_index(state, self.member)
+        self._defer_to(fenced_at + backoff + rank * self.options.stagger_ms, state)
+        log.info("%s: %s lost a challenge with %s (loss %d); next try at %d",
+                 self.role, self.member, token, self.losses, self.not_before)
+
+    def _defer_to(self, at_ms: int, state: RoleState) -> None:
+        self.not_before = max(self.not_before, at_ms)
+        self.not_before_mark = state.lease_offset
+
+    def _forget_backoff_if_lease_moved(self, state: RoleState) -> None:
+        if self.not_before and state.lease_offset != self.not_before_mark:
+            self.not_before = 0
+            self.not_before_mark = None
+
+    def _warn_if_member_id_shared(self, state: RoleState) -> None:
+        lease = state.lease
+        if (
+            lease is not None
+            and lease.member == self.member
+            and self.clock.now_ms() < lease.deadline
+            and not self.warned_shared_id
+        ):
+            self.warned_shared_id = True
+            log.warning(
+                "%s: a live lease names member %r under token %d:%d that this process did "
+                "not acquire: a previous incarnation, or another process with the same member "
+                "id. This member ranks last until that lease lapses; give every process its "
+                "own member id.",
+                self.role, self.member, lease.producer_id, lease.producer_epoch,
+            )
+
+
+class GuardedWriter:
+    """Sends records inside a guarded transaction of a `Leadership`."""
+
+    def __init__(self, leadership: Leadership, txn: GuardedTransaction) -> None:
+        self._leadership = leadership
+        self._txn = txn
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Add a record to the transaction; visible only if the commit succeeds."""
+        await self._leadership._bounded(self._txn.send(topic, value, key, partition))
+
+
+class Leadership:
+    """A member's tenure of a role, renewed in the background.
+
+    `token` is the tenure's fencing token and stays constant; `tenure` is the
+    offset of its first lease record. `done` completes when the tenure ends;
+    `err` then says why (None after `resign`). Guarded writes go through
+    `transaction()`.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        role: str,
+        member: str,
+        partition: int,
+        token: FencingToken,
+        tenure: int,
+        lease: Lease,
+        options: LeadershipOptions,
+        clock: Clock,
+    ) -> None:
+        self.role = role
+        self.member = member
+        self.partition = partition
+        self.token = token
+        self.tenure = tenure
+        self.lease = lease
+        self.options = options
+        self._transport = transport
+        self._clock = clock
+        self._key = encode_key(lease_key(role))
+        self._lock = asyncio.Lock()
+        self._in_transaction = False
+        self._renewal_due = False
+        self._resigning = False
+        self.err: BaseException | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tasks = [
+            asyncio.create_task(self._renew_loop(), name=f"renew {role}"),
+            asyncio.create_task(self._watch_fence_deadline(), name=f"fence deadline {role}"),
+        ]
+
+    @property
+    def fence_deadline(self) -> int:
+        """Epoch ms after which this leader cannot prove its lease."""
+        return self.lease.deadline - self.options.margin_ms
+
+    def fenced(self) -> bool:
+        """Whether the tenure is over or the fence deadline has passed."""
+        return self.done.done() or self._clock.now_ms() >= self.fence_deadline
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[GuardedWriter]:
+        """One Kafka transaction under the role's token.
+
+        Commits on a clean exit and aborts on an exception. Raises
+        `FencedError` on entry once `fenced()` is true, and from `send` or the
+        exit when the epoch moved on or the fence deadline passed (then
+        nothing sent becomes visible). Keep it short: the coordinator aborts a
+        transaction open longer than the lease, which fences this leader.
+        """
+        self._check_open()
+        await self._bounded(self._lock.acquire())
+        try:
+            self._check_open()
+            try:
+                txn = await self._bounded(self._transport.begin_transaction(self.role))
+            except FencedError as exc:
+                self._end(exc)
+                raise
+            self._in_transaction = True
+            try:
+                yield GuardedWriter(self, txn)
+            except BaseException as exc:
+                if isinstance(exc, FencedError):
+                    self._end(exc)
+                await self._abort_quietly(txn)
+                raise
+            await self._commit(txn)
+        finally:
+            self._in_transaction = False
+            self._lock.release()
+
+    async def resign(self, *, deregister: bool = True) -> None:
+        """Hand the role over now, in the order of DESIGN.md §4.
+
+        Stops guarded writes and waits for open ones; commits a lease
+        tombstone through the fenced producer (a deposed leader's is never
+        visible); bumps the epoch only if this tenure's token is still current,
+        so it stops being authoritative without fencing a successor; closes
+        the producer; then, unless `deregister` is False, removes this
+        member's registration.
+        """
+        if self._resigning:
+            await asyncio.shield(self.done)
+            return
+        self._resigning = True
+        try:
+            async with self._lock:
+                await self._stop_tasks()
+                with contextlib.suppress(FencedError):
+                    await self._transport.write_lease(self.partition, self._key, None)
+                with contextlib.suppress(FencedError):
+                    await self._transport.acquire_epoch(
+                        self.role, self.options.lease_duration, current=self.token
+                    )
+                await self._transport.release(self.role)
+                if deregister:
+                    await self._transport.append(
+                        self.partition, encode_key(registration_key(self.role, self.member)), None
+                    )
+            log.info("%s: %s resigned token %s", self.role, self.member, self.token)
+        finally:
+            self._end(None)
+
+    def _check_open(self) -> None:
+        if self._resigning:
+            raise FencedError(f"{self.role}: the leadership is resigning")
+        if self.fenced():
+            raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
+
+    async def _commit(self, txn: GuardedTransaction) -> None:
+        lease = None
+        if self._renewal_due:
+            lease = self._next_lease()
+            await self._bounded(txn.write_lease(self.partition, self._key, encode_lease(lease)))
+        try:
+            await self._bounded(txn.commit())
+        except FencedError as exc:
+            self._end(exc)
+            await self._abort_quietly(txn)
+            raise
+        if lease is not None:
+            self._renewed(lease)
+
+    async def _abort_quietly(self, txn: GuardedTransaction) -> None:
+        try:
+            await txn.abort()
+        except Exception as exc:  # the tenure may be over already; the abort is best effort
+            log.debug("%s: abort after a failed transaction: %r", self.role, exc)
+
+    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable`, but raise `FencedError` once the tenure ends."""
+        if self.fenced():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
+        work = asyncio.ensure_future(awaitable)
+        waiters: list[asyncio.Future[Any]] = [work, self.done]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        raise FencedError(f"{self.role}: the tenure of {self.token} ended: {self.err}")
+
+    def _next_lease(self) -> Lease:
+        now = self._clock.now_ms()
+        token = self.token
+        return Lease(self.member, token.producer_id, token.producer_epoch, now,
+                     now + self.options.lease_ms)
+
+    def _renewed(self, lease: Lease) -> None:
+        self.lease = lease
+        self._renewal_due = False
+
+    async def _renew_loop(self) -> None:
+        while not self.done.done():
+            await self._clock.sleep_until(self.lease.granted_at + self.options.renew_ms)
+            await self._renew()
+
+    async def _renew(self) -> None:
+        """Write the next lease record, retrying until the fence deadline.
+
+        A renewal due while a guarded transaction is open rides inside it.
+        """
+        due = self._clock.now_ms()
+        self._renewal_due = True
+        while True:
+            try:
+                async with self._lock:
+                    if self.lease.granted_at >= due:
+                        return
+                    lease = self._next_lease()
+                    await self._transport.write_lease(
+                        self.partition, self._key, encode_lease(lease)
+                    )
+                    self._renewed(lease)
+                    return
+            except FencedError as exc:
+                self._end(exc)
+                return
+            except Exception as exc:
+                log.warning("%s: renewal failed, retrying until the fence deadline: %r",
+                            self.role, exc)
+            await self._clock.sleep_until(self._clock.now_ms() + RETRY_INTERVAL_MS)
+
+    async def _watch_fence_deadline(self) -> None:
+        while self._clock.now_ms() < self.fence_deadline:
+            await self._clock.sleep_until(self.fence_deadline)
+        self._end(FencedError(
+            f"{self.role}: the lease of {self.token} could not be renewed before the fence "
+            "deadline"
+        ))
+
+    async def _stop_tasks(self) -> None:
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        for task in self._tasks:
+            if task is not current:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _end(self, err: BaseException | None) -> None:
+        if self.done.done():
+            return
+        self.err = err
+        self.done.set_result(None)
+        if err is not None:
+            log.warning("%s: tenure of %s ended: %s", self.role, self.token, err)
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
