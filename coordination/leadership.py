@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from coordination.clock import Clock, SystemClock
-from coordination.errors import FencedError
+from coordination.errors import FencedError, StateTopicError
 from coordination.evaluate import challenger_index, evaluate, stagger_ms
 from coordination.follower import PartitionFollower
 from coordination.partition import role_partition
@@ -46,6 +46,7 @@ T = TypeVar("T")
 MAX_FENCE_MARGIN = 5.0
 RETRY_INTERVAL_MS = 250
 MAX_BACKOFF_LEASES = 8
+TOPIC_RECHECK_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +212,8 @@ class _Candidate:
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
     async def _challenge(self) -> Leadership | None:
+        # Never mint an epoch on a topic whose partition count changed under us.
+        await self.transport.check_topic(self.options.partitions, self.options.lease_duration)
         await self.follower.refresh()
         if await self._stalled():
             return None
@@ -366,6 +369,7 @@ class Leadership:
         self._tasks = [
             asyncio.create_task(self._renew_loop(), name=f"renew {role}"),
             asyncio.create_task(self._watch_fence_deadline(), name=f"fence deadline {role}"),
+            asyncio.create_task(self._watch_topic(), name=f"topic check {role}"),
         ]
 
     @property
@@ -531,6 +535,23 @@ class Leadership:
             f"{self.role}: the lease of {self.token} could not be renewed before the fence "
             "deadline"
         ))
+
+    async def _watch_topic(self) -> None:
+        """Re-check the state topic while leading; a changed partition count ends the tenure.
+
+        Another partition count would send new members of this role to
+        another partition, splitting its order: stop and tell the operator.
+        """
+        while not self.done.done():
+            await self._clock.sleep_until(self._clock.now_ms() + TOPIC_RECHECK_MS)
+            try:
+                await self._transport.check_topic(
+                    self.options.partitions, self.options.lease_duration
+                )
+            except StateTopicError as exc:
+                self._end(exc)
+            except Exception as exc:
+                log.warning("%s: could not re-check the state topic: %r", self.role, exc)
 
     async def _stop_tasks(self) -> None:
         current = asyncio.current_task()

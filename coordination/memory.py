@@ -155,6 +155,10 @@ class MemoryBroker:
             raise ValueError(f"topic {name!r} exists")
         self.topics[name] = _Topic([_Partition() for _ in range(partitions)], compacted)
 
+    def add_partitions(self, name: str, count: int) -> None:
+        """CreatePartitions: grow `name` by `count` empty partitions."""
+        self.topics[name].partitions.extend(_Partition() for _ in range(count))
+
     def partition(self, topic: str, partition: int) -> _Partition:
         """The log of one partition; a missing topic or partition is a `KeyError`."""
         try:

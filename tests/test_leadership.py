@@ -378,3 +378,11 @@ async def test_a_wrong_partition_count_stops_start_up():
     cluster = Cluster(partitions=4)
     with pytest.raises(StateTopicError, match="has 4 partitions, configured 16"):
         await acquire_leadership(cluster.transport(), "billing", "a", partitions=16)
+
+
+async def test_a_partition_count_changed_while_leading_ends_the_tenure():
+    cluster = Cluster(partitions=4)
+    leader = await lead(cluster, "a")
+    cluster.broker.add_partitions("__coordination_state", 1)
+    await cluster.until(leader.done.done, within=61)
+    assert isinstance(leader.err, StateTopicError)
