@@ -37,6 +37,12 @@ from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import FencedError, FormatError, StateTopicError
 from coordination.evaluate import Step, evaluate
+from coordination.kafka import (
+    KafkaTransport,
+    KafkaTransportError,
+    KafkaUnavailableError,
+    ProducerFatalError,
+)
 from coordination.leadership import GuardedWriter, Leadership, LeadershipOptions, acquire_leadership
 from coordination.memory import MemoryBroker, MemoryTransport
 from coordination.partition import murmur2, role_partition, to_positive
@@ -77,6 +83,9 @@ __all__ = [
     "FormatError",
     "GuardedTransaction",
     "GuardedWriter",
+    "KafkaTransport",
+    "KafkaTransportError",
+    "KafkaUnavailableError",
     "Key",
     "Kind",
     "Leadership",
@@ -89,6 +98,7 @@ __all__ = [
     "MemoryTransport",
     "PartitionRead",
     "PartitionTail",
+    "ProducerFatalError",
     "Record",
     "Registrar",
     "Registration",

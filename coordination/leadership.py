@@ -453,13 +453,22 @@ class Leadership:
 
     async def _commit(self, txn: GuardedTransaction) -> None:
         lease = None
-        if self._renewal_due:
-            lease = self._next_lease()
-            await self._bounded(txn.write_lease(self.partition, self._key, encode_lease(lease)))
         try:
-            await self._bounded(txn.commit())
+            if self._renewal_due:
+                lease = self._next_lease()
+                await self._bounded(
+                    txn.write_lease(self.partition, self._key, encode_lease(lease))
+                )
+            self._raise_if_over()
+            # A commit once sent cannot be recalled, so it is not abandoned at the
+            # end of the tenure: the caller learns the broker's true answer (the
+            # transport bounds the wait by the transaction timeout).
+            await txn.commit()
         except FencedError as exc:
             self._end(exc)
+            await self._abort_quietly(txn)
+            raise
+        except Exception:
             await self._abort_quietly(txn)
             raise
         if lease is not None:
@@ -473,10 +482,9 @@ class Leadership:
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
         """Await `awaitable`, but raise `FencedError` once the tenure ends."""
-        if self.fenced():
-            if asyncio.iscoroutine(awaitable):
-                awaitable.close()
-            raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
+        if self.fenced() and asyncio.iscoroutine(awaitable):
+            awaitable.close()
+        self._raise_if_over()
         work = asyncio.ensure_future(awaitable)
         waiters: list[asyncio.Future[Any]] = [work, self.done]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -486,6 +494,10 @@ class Leadership:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await work
         raise FencedError(f"{self.role}: the tenure of {self.token} ended: {self.err}")
+
+    def _raise_if_over(self) -> None:
+        if self.fenced():
+            raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
 
     def _next_lease(self) -> Lease:
         now = self._clock.now_ms()

@@ -396,7 +396,12 @@ class MemoryTransport:
         """InitProducerId on the broker's coordinator; keeps the producer it binds."""
         await _round_trip()
         token = self.broker.init_producer_id(role, transaction_timeout, current)
-        self._producers[role] = token
+        if current is None:
+            self._producers[role] = token
+        elif self._producers.get(role) == current:
+            # The conditional bump retires the producer of the old token and,
+            # like Kafka's raw InitProducerId, binds no new one.
+            del self._producers[role]
         await _round_trip()
         return token
 

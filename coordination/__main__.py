@@ -1,0 +1,7 @@
+"""Entry point of ``python -m coordination``; see `coordination.cli`."""
+
+import sys
+
+from coordination.cli import main
+
+sys.exit(main())

@@ -1,0 +1,190 @@
+"""Requests to a role's transaction coordinator over a raw aiokafka client.
+
+`describe` is DescribeTransactions (API 65) and `init_producer_id` the
+conditional InitProducerId v3+/v4 (KIP-360): aiokafka defines neither, so
+their classes live in `coordination.kafka.protocol`. Both go to the broker
+FindCoordinator (key type 1) names for ``transactional.id = role``; the answer
+is cached per role, so a describe is one round trip. A coordinator that moved
+(15 COORDINATOR_NOT_AVAILABLE, 16 NOT_COORDINATOR, or a connection that fails)
+is looked up again; one still loading (14) or finishing a transaction (51
+CONCURRENT_TRANSACTIONS, InitProducerId only) is retried after a short backoff.
+Every call is bounded by the transport's operation timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
+from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
+    AIOKafkaClient,
+    CoordinationType,
+)
+
+from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
+from coordination.kafka.lifecycle import start_bounded, stop_client
+from coordination.kafka.options import ClientOptions
+from coordination.kafka.protocol import (
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR,
+    ApiVersionsRequest,
+    BrokerApiVersions,
+    DescribeTransactionsRequest,
+    InitProducerIdRequest,
+    InitProducerIdResult,
+    TransactionDescription,
+    parse_api_versions,
+    parse_describe_transactions,
+    parse_init_producer_id,
+)
+
+__all__ = ["TransactionCoordinators"]
+
+T = TypeVar("T")
+
+_MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+_BUSY = frozenset({COORDINATOR_LOAD_IN_PROGRESS})
+_FIRST_BACKOFF = 0.02
+_MAX_BACKOFF = 0.5
+# Failures after which the coordinator is looked up again.
+_LOST_NODE = (_errors.NodeNotReadyError, _errors.KafkaConnectionError,
+              _errors.RequestTimedOutError)
+
+
+class _Retry(Exception):
+    """Internal: try again, after looking the coordinator up if `moved`."""
+
+    def __init__(self, moved: bool) -> None:
+        self.moved = moved
+
+
+class TransactionCoordinators:
+    """Finds and asks transaction coordinators; one raw client per transport."""
+
+    def __init__(self, options: ClientOptions, *, timeout: float, servers: str) -> None:
+        self._options = options
+        self._timeout = timeout
+        self._servers = servers
+        self._client: Any = None
+        self._start_lock = asyncio.Lock()
+        self._nodes: dict[str, int] = {}
+
+    async def describe(self, role: str) -> TransactionDescription:
+        """DescribeTransactions for `role`; error 105 comes back in the entry."""
+
+        def parse(response: Any) -> TransactionDescription:
+            (entry,) = parse_describe_transactions(response)
+            if entry.error_code in _MOVED:
+                raise _Retry(moved=True)
+            if entry.error_code in _BUSY:
+                raise _Retry(moved=False)
+            return entry
+
+        return await self._ask(role, f"describing role {role!r}",
+                               lambda: DescribeTransactionsRequest([role]), parse)
+
+    async def init_producer_id(
+        self, role: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
+    ) -> InitProducerIdResult:
+        """InitProducerId v4 (v3) carrying the caller's pair: KIP-360's conditional bump."""
+
+        def parse(response: Any) -> InitProducerIdResult:
+            result = parse_init_producer_id(response)
+            if result.error_code in _MOVED:
+                raise _Retry(moved=True)
+            # 51: the coordinator is aborting the role's open transaction; the
+            # retry with the same pair bumps once (the abort's bump is its "retry").
+            if result.error_code in _BUSY or result.error_code == CONCURRENT_TRANSACTIONS:
+                raise _Retry(moved=False)
+            return result
+
+        return await self._ask(
+            role, f"conditional InitProducerId for role {role!r}",
+            lambda: InitProducerIdRequest(role, transaction_timeout_ms, producer_id,
+                                          producer_epoch),
+            parse,
+        )
+
+    async def api_versions(self) -> BrokerApiVersions:
+        """ApiVersions v3+ of one broker: its API ranges and the finalized features."""
+        client = await self._started()
+
+        async def ask() -> BrokerApiVersions:
+            node = client.get_random_node()
+            return parse_api_versions(await client.send(node, ApiVersionsRequest()))
+
+        return await self._bounded(ask(), "ApiVersions")
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await stop_client(client)
+
+    async def _started(self) -> Any:
+        async with self._start_lock:
+            if self._client is None:
+                client = AIOKafkaClient(**self._options.client())
+                try:
+                    await start_bounded(client.bootstrap(), self._timeout,
+                                        "connecting to the transaction coordinator",
+                                        self._servers)
+                except BaseException:
+                    await stop_client(client)
+                    raise
+                self._client = client
+            return self._client
+
+    async def _bounded(self, work: Any, what: str) -> T:
+        try:
+            result: T = await asyncio.wait_for(work, self._timeout)
+            return result
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(
+                f"{what}: no answer from the transaction coordinator within "
+                f"{self._timeout:g} s (cluster {self._servers})"
+            ) from exc
+
+    async def _ask(
+        self, role: str, what: str, request: Callable[[], Any], parse: Callable[[Any], T]
+    ) -> T:
+        client = await self._started()
+
+        async def attempt_until_done() -> T:
+            backoff = _FIRST_BACKOFF
+            while True:
+                try:
+                    node = await self._coordinator(client, role)
+                    try:
+                        response = await client.send(node, request())
+                    except _LOST_NODE as exc:
+                        raise _Retry(moved=True) from exc
+                    return parse(response)
+                except _Retry as retry:
+                    if retry.moved:
+                        self._nodes.pop(role, None)
+                        client.force_metadata_update()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+        try:
+            return await self._bounded(attempt_until_done(), what)
+        except _errors.KafkaError as exc:
+            raise KafkaTransportError(f"{what} failed: {exc!r}") from exc
+
+    async def _coordinator(self, client: Any, role: str) -> int:
+        node = self._nodes.get(role)
+        if node is None:
+            try:
+                node = int(await client.coordinator_lookup(CoordinationType.TRANSACTION, role))
+            except _errors.BrokerResponseError as exc:
+                if exc.errno in _MOVED or exc.errno in _BUSY:
+                    raise _Retry(moved=False) from exc
+                raise
+            except _LOST_NODE as exc:
+                raise _Retry(moved=True) from exc
+            self._nodes[role] = node
+        return node

@@ -1,0 +1,75 @@
+"""What the Kafka adapter raises, and how it tells a fence from any other failure.
+
+The protocol's safety rests on one rule (DESIGN.md §5.2): every fence signal,
+whatever shape aiokafka gives it, surfaces as `FencedError`. aiokafka shows a
+fence as ``ProducerFenced`` (the sender's class for broker code 47, and our
+class for 90), as ``InvalidProducerEpoch`` (47) or ``TransactionCoordinatorFenced``
+(52) from a handler that does not special-case them, or wrapped as the cause
+of a ``KafkaError("Unexpected error during batch delivery")``. `fence_in` walks
+the whole cause chain so none of these shapes is missed.
+
+Every other failure is a `KafkaTransportError`: the leadership loop retries
+those until the fence deadline and never mistakes them for a lost epoch.
+"""
+
+from __future__ import annotations
+
+from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.kafka.protocol import FENCE_ERROR_CODES
+
+__all__ = [
+    "KafkaTransportError",
+    "KafkaUnavailableError",
+    "ProducerFatalError",
+    "fence_in",
+]
+
+# 52 TRANSACTION_COORDINATOR_FENCED belongs to broker-to-broker marker writes, but
+# a client that ever sees it is talking to a deposed coordinator epoch: a fence.
+_FENCE_CODES = FENCE_ERROR_CODES | {52}
+_FENCE_CLASSES: tuple[type[BaseException], ...] = (
+    _errors.ProducerFenced,
+    _errors.InvalidProducerEpoch,
+    _errors.TransactionCoordinatorFenced,
+)
+
+
+class KafkaTransportError(Exception):
+    """A Kafka operation failed for a reason other than a fence.
+
+    The message names the operation and what to check. Retrying may help;
+    the role's epoch is not known to have moved on.
+    """
+
+
+class KafkaUnavailableError(KafkaTransportError):
+    """The cluster (or the transaction coordinator) did not answer in time.
+
+    Raised instead of hanging: every network wait of the adapter is bounded.
+    """
+
+
+class ProducerFatalError(KafkaTransportError):
+    """A role's transactional producer failed fatally without being fenced.
+
+    The producer is closed and forgotten; its epoch can no longer write
+    through this transport. Acquire a new epoch to lead again.
+    """
+
+
+def fence_in(exc: BaseException | None) -> BaseException | None:
+    """The fence signal in `exc` or its causes, or None if there is none."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _is_fence(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _is_fence(exc: BaseException) -> bool:
+    if isinstance(exc, _FENCE_CLASSES):
+        return True
+    return isinstance(exc, _errors.BrokerResponseError) and exc.errno in _FENCE_CODES

@@ -1,0 +1,34 @@
+"""Where a consumer stands in a partition, read without yielding to the loop.
+
+aiokafka keeps a partition's fetch position, last stable offset and high
+watermark in its subscription state. The stable offset and the high watermark
+are updated together from each Fetch response; the position moves only when
+records (or skipped control and aborted batches) are consumed. Reading the
+three in one synchronous step, right after ``getmany`` returned, gives a
+consistent view: ``position >= last_stable_offset`` means every committed
+record below the stable offset has been consumed. ``consumer.position()`` is
+a coroutine that can wait for an offset reset, so the position is read from
+the subscription state directly (aiokafka 0.14).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["marks", "position"]
+
+
+def position(consumer: Any, tp: Any) -> int | None:
+    """The next offset `consumer` fetches in `tp`, or None while it is being reset."""
+    assignment = consumer._subscription.subscription.assignment
+    state = assignment.state_value(tp) if assignment is not None else None
+    if state is None or not state.has_valid_position:
+        return None
+    return int(state.position)
+
+
+def marks(consumer: Any, tp: Any) -> tuple[int | None, int | None]:
+    """(last stable offset, high watermark) from the latest Fetch response of `tp`."""
+    lso = consumer.last_stable_offset(tp)
+    hw = consumer.highwater(tp)
+    return (None if lso is None else int(lso), None if hw is None else int(hw))

@@ -1,0 +1,136 @@
+"""`read_partition`: committed records from the first offset to the last stable offset.
+
+One read_committed consumer serves every read of a transport. Reads are
+batched: a call joins the next read that has not started yet, and one read
+covers every partition asked for meanwhile. So a thousand candidates starting
+at once cost one read per partition rather than a thousand, and no caller
+ever gets a read that started before its call (it would miss records
+committed just before the call).
+
+A read is complete when, for each partition, the consumer's position has
+reached the last stable offset that the same fetch response reported. The
+stable offset and the high watermark of the result therefore come from one
+response and agree with the records: everything committed below the stable
+offset is in the records, and a stable offset below the high watermark means
+a transaction is open. Aborted records and control markers are skipped by
+aiokafka's read_committed fetcher. The consumer fetches with
+``fetch_max_wait_ms=0`` (the broker answers at once, also for an empty
+partition) and pauses its partitions between reads so it does not poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
+from coordination.kafka.lifecycle import stop_consumer
+from coordination.kafka.positions import marks, position
+from coordination.state import Record
+from coordination.transport import PartitionRead
+
+__all__ = ["PartitionReader"]
+
+POLL_MS = 5
+"""How often a read looks at the stable offset when no records arrive."""
+
+
+class PartitionReader:
+    """Batched read_committed reads of the state topic's partitions."""
+
+    def __init__(
+        self,
+        consumer: Callable[[], Awaitable[Any]],
+        topic: str,
+        *,
+        timeout: float,
+    ) -> None:
+        self._new_consumer = consumer
+        self._consumer: Any = None
+        self._topic = topic
+        self._timeout = timeout
+        self._queued: dict[int, asyncio.Future[PartitionRead]] = {}
+        self._runner: asyncio.Task[None] | None = None
+
+    async def read(self, partition: int) -> PartitionRead:
+        """Every committed record of `partition` up to its last stable offset."""
+        result = self._queued.get(partition)
+        if result is None:
+            result = asyncio.get_running_loop().create_future()
+            self._queued[partition] = result
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run(), name="read state partitions")
+        # Shielded: a cancelled caller must not cancel a read others share.
+        return await asyncio.shield(result)
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        for result in self._queued.values():
+            if not result.done():
+                result.set_exception(KafkaTransportError("the transport was closed"))
+                result.exception()
+        self._queued.clear()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await stop_consumer(consumer)
+
+    async def _run(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, {}
+            try:
+                reads = await asyncio.wait_for(self._read(sorted(batch)), self._timeout)
+            except BaseException as exc:
+                error: BaseException = exc
+                if isinstance(exc, asyncio.CancelledError):
+                    error = KafkaTransportError("the transport was closed")
+                elif isinstance(exc, TimeoutError):
+                    error = KafkaUnavailableError(
+                        f"reading the state topic {self._topic!r} took longer than "
+                        f"{self._timeout:g} s")
+                for result in batch.values():
+                    if not result.done():
+                        result.set_exception(error)
+                        result.exception()  # retrieved: a cancelled caller may never read it
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for partition, result in batch.items():
+                if not result.done():
+                    result.set_result(reads[partition])
+
+    async def _read(self, partitions: list[int]) -> dict[int, PartitionRead]:
+        if self._consumer is None:
+            self._consumer = await self._new_consumer()
+        consumer = self._consumer
+        tps = [TopicPartition(self._topic, p) for p in partitions]
+        consumer.assign(tps)
+        for tp in tps:
+            # Offset 0 rather than seek_to_beginning (a ListOffsets round trip):
+            # auto_offset_reset="earliest" moves a position below the log start.
+            consumer.seek(tp, 0)
+        records: dict[Any, list[Record]] = {tp: [] for tp in tps}
+        reads: dict[int, PartitionRead] = {}
+        pending = set(tps)
+        try:
+            while pending:
+                batch = await consumer.getmany(*pending, timeout_ms=POLL_MS)
+                for tp, messages in batch.items():
+                    records[tp].extend(
+                        Record(m.offset, m.key or b"", m.value, m.timestamp) for m in messages
+                    )
+                for tp in list(pending):
+                    lso, hw = marks(consumer, tp)
+                    at = position(consumer, tp)
+                    if lso is not None and hw is not None and at is not None and at >= lso:
+                        reads[tp.partition] = PartitionRead(records[tp], lso, hw)
+                        pending.discard(tp)
+                        consumer.pause(tp)
+        finally:
+            consumer.pause(*tps)
+        return reads

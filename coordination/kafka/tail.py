@@ -1,0 +1,256 @@
+"""`tail`: followers of state partitions, all served by one consumer.
+
+A process holding a thousand roles has a thousand waiting candidates, each
+following its role's partition. They share one read_committed consumer (the
+`TailHub`): it is assigned every partition someone follows, and a loop hands
+each fetched record to the followers of its partition (`KafkaTail`), each
+keeping its own queue. A thousand tails therefore cost one consumer, one
+fetch session and one long poll per broker, not a thousand.
+
+Marks and records stay consistent: a tail hears of a new last stable offset
+only once the hub has consumed everything below it (position >= stable
+offset, read from the same Fetch response), so a `PartitionRead` always holds
+every committed record below the stable offset it reports. Records arrive at
+once (the broker answers a read_committed long poll as soon as the stable
+offset moves); a move of the high watermark alone (a transaction opened)
+shows within one ``fetch_max_wait_ms`` plus one loop pass.
+
+A new tail that starts below the hub's position rewinds the partition; the
+other tails drop the records they already had (each tracks the next offset it
+accepts). `next()` is cancel-safe: it only waits on an event, and records are
+taken from the queue in the same step the read is returned. A partition stays
+assigned after its last tail closes (the topic has few partitions and an idle
+partition costs nothing in a fetch), so the next tail of it starts warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.kafka.errors import KafkaTransportError
+from coordination.kafka.lifecycle import stop_consumer
+from coordination.kafka.positions import marks, position
+from coordination.state import Record
+from coordination.transport import PartitionRead
+
+__all__ = ["KafkaTail", "TailHub"]
+
+log = logging.getLogger("coordination.kafka")
+
+Marks = tuple[int, int]
+
+
+class KafkaTail:
+    """One follower of one partition (`PartitionTail`)."""
+
+    def __init__(self, hub: TailHub, partition: int, from_offset: int) -> None:
+        self._hub = hub
+        self.partition = partition
+        self._accept_from = from_offset
+        self._records: list[Record] = []
+        self._marks: Marks | None = None
+        self._returned: Marks | None = None
+        self._changed = asyncio.Event()
+        self._error: BaseException | None = None
+        self._closed = False
+
+    async def next(self) -> PartitionRead:
+        """The records committed since the last call, once the partition changed."""
+        while True:
+            if self._error is not None:
+                raise KafkaTransportError(
+                    f"following partition {self.partition} failed: {self._error!r}"
+                ) from self._error
+            if self._closed:
+                raise RuntimeError(f"the tail of partition {self.partition} is closed")
+            read = self._take()
+            if read is not None:
+                return read
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def close(self) -> None:
+        """Stop following; a pending `next()` raises."""
+        if not self._closed:
+            self._closed = True
+            self._hub._forget(self)
+            self._changed.set()
+
+    # Called by the hub's loop.
+
+    def _push(self, records: list[Record]) -> None:
+        for record in records:
+            if record.offset >= self._accept_from:
+                self._records.append(record)
+                self._accept_from = record.offset + 1
+
+    def _offer(self, caught_up: Marks) -> None:
+        # The hub consumed everything below the stable offset: nothing this
+        # tail has not seen remains there.
+        self._accept_from = max(self._accept_from, caught_up[0])
+        if caught_up != self._marks or self._records:
+            self._marks = caught_up
+            self._changed.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._changed.set()
+
+    def _take(self) -> PartitionRead | None:
+        if self._marks is None:
+            return None
+        lso, hw = self._marks
+        ready = [r for r in self._records if r.offset < lso]
+        if not ready and self._marks == self._returned:
+            return None
+        self._records = [r for r in self._records if r.offset >= lso]
+        self._returned = self._marks
+        return PartitionRead(ready, lso, hw)
+
+
+class _Feed:
+    """The hub's view of one assigned partition."""
+
+    def __init__(self, tp: Any, position: int) -> None:
+        self.tp = tp
+        self.position = position
+        self.marks: Marks | None = None
+        self.tails: set[KafkaTail] = set()
+        self.dirty = False
+
+    def observe(self, consumer: Any) -> None:
+        at = position(consumer, self.tp)
+        lso, hw = marks(consumer, self.tp)
+        if at is not None:
+            self.position = at
+        if at is None or lso is None or hw is None or at < lso:
+            return  # still catching up: records are queued, marks wait
+        if (lso, hw) != self.marks or self.dirty:
+            self.marks = (lso, hw)
+            self.dirty = False
+            for tail in self.tails:
+                tail._offer(self.marks)
+
+
+class TailHub:
+    """One read_committed consumer following every tailed partition of a transport."""
+
+    def __init__(
+        self,
+        consumer: Callable[[], Awaitable[Any]],
+        topic: str,
+        *,
+        poll_ms: int = 50,
+    ) -> None:
+        self._new_consumer = consumer
+        self._topic = topic
+        self._poll_ms = poll_ms
+        self._consumer: Any = None
+        self._start_lock = asyncio.Lock()
+        self._feeds: dict[int, _Feed] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def tails(self) -> int:
+        """How many tails are open."""
+        return sum(len(feed.tails) for feed in self._feeds.values())
+
+    async def follow(self, partition: int, from_offset: int) -> KafkaTail:
+        """A tail of `partition` that returns committed records from `from_offset` on."""
+        consumer = await self._started()
+        tail = KafkaTail(self, partition, from_offset)
+        feed = self._feeds.get(partition)
+        if feed is None:
+            feed = _Feed(TopicPartition(self._topic, partition), from_offset)
+            self._feeds[partition] = feed
+            self._reassign(consumer)
+        elif from_offset < feed.position:
+            # Rewind; the other tails drop what they already have.
+            consumer.seek(feed.tp, from_offset)
+            feed.position = from_offset
+        elif feed.marks is not None and from_offset == feed.position == feed.marks[0]:
+            # Caught up exactly where this tail starts: it can answer at once.
+            tail._offer(feed.marks)
+        feed.tails.add(tail)
+        feed.dirty = True
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run(consumer), name="tail state")
+        self._wake.set()
+        return tail
+
+    async def close(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for feed in self._feeds.values():
+            for tail in list(feed.tails):
+                tail._fail(KafkaTransportError("the transport was closed"))
+        self._feeds.clear()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await stop_consumer(consumer)
+
+    def _forget(self, tail: KafkaTail) -> None:
+        feed = self._feeds.get(tail.partition)
+        if feed is not None:
+            feed.tails.discard(tail)
+
+    async def _started(self) -> Any:
+        async with self._start_lock:
+            if self._consumer is None:
+                self._consumer = await self._new_consumer()
+            return self._consumer
+
+    def _reassign(self, consumer: Any) -> None:
+        # assign() replaces the assignment and forgets every position: seek
+        # each partition back to where the hub stands, in the same step.
+        consumer.assign([feed.tp for feed in self._feeds.values()])
+        for feed in self._feeds.values():
+            consumer.seek(feed.tp, feed.position)
+
+    async def _run(self, consumer: Any) -> None:
+        try:
+            while True:
+                if not self._feeds:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                try:
+                    batch = await consumer.getmany(timeout_ms=self._poll_ms)
+                except Exception as exc:
+                    self._fail_all(exc)
+                    continue
+                self._dispatch(batch)
+                for feed in self._feeds.values():
+                    feed.observe(consumer)
+        except Exception as exc:  # a bug here must not leave tails waiting forever
+            log.exception("the state topic follower stopped")
+            self._fail_all(exc)
+
+    def _dispatch(self, batch: dict[Any, list[Any]]) -> None:
+        for tp, messages in batch.items():
+            feed = self._feeds.get(tp.partition)
+            if feed is None or not messages:
+                continue
+            records = [Record(m.offset, m.key or b"", m.value, m.timestamp) for m in messages]
+            for tail in feed.tails:
+                tail._push(records)
+            feed.dirty = True
+
+    def _fail_all(self, error: BaseException) -> None:
+        """A fetch error ends every tail; the hub starts afresh for new tails."""
+        log.warning("following the state topic %r failed: %r", self._topic, error)
+        for feed in self._feeds.values():
+            for tail in feed.tails:
+                tail._fail(error)
+        self._feeds.clear()
+        with contextlib.suppress(Exception):
+            self._consumer.assign([])

@@ -1,0 +1,409 @@
+"""`KafkaTransport`: the four transport protocols on a real Kafka cluster.
+
+What it relies on of Kafka (DESIGN.md §1 and §5; each is proven by
+``tests/test_kafka_transport.py`` on Kafka 4.4.0):
+
+* **InitProducerId mints the leadership epoch.** Starting an aiokafka producer
+  with ``transactional.id = role`` sends it; the coordinator bumps the role's
+  epoch, persists it in ``__transaction_state`` and fences the previous
+  producer. `acquire_epoch` keeps that producer, and every lease record and
+  guarded write goes through it, so the broker rejects a deposed leader's
+  writes (47 INVALID_PRODUCER_EPOCH on Produce, AddPartitionsToTxn and EndTxn;
+  90 PRODUCER_FENCED on newer InitProducerId versions).
+* **Commits do not move the epoch.** aiokafka sends EndTxn v0, which keeps
+  transaction-protocol-v1 semantics even on a cluster whose finalized
+  ``transaction.version`` is 2 (only EndTxn v5+ bumps per commit), so the token
+  stays constant for a tenure.
+* **A transaction open longer than its timeout is aborted with a bump**: a
+  leader that holds one too long is fenced (guarded transactions must be short).
+* **read_committed stops at the last stable offset** and hides aborted records;
+  each Fetch response reports the stable offset and the high watermark, which
+  is how `read_partition` and `tail` see an open transaction.
+* **The conditional InitProducerId (KIP-360, v3+)** bumps only while the
+  caller's pair is current and answers 90 (47 on v3) otherwise; `resign()`
+  uses it so a resignation never fences a successor.
+* **DescribeTransactions (API 65)** reports a transactional id's current pair;
+  105 TRANSACTIONAL_ID_NOT_FOUND means no member ever took the role (or its id
+  expired after ``transactional.id.expiration.ms``).
+
+aiokafka 0.14 defines only InitProducerId v0, has no DescribeTransactions at
+all, negotiates ApiVersions v0 (no finalized features) and maps codes 90 and
+105 to ``UnknownError``, which would hide a fence. The missing requests and
+error classes are therefore hand-written with aiokafka's own protocol classes
+in `coordination.kafka.protocol`.
+
+Clients, all created lazily and closed by `close()` (bounded, also on errors):
+one transactional producer per acquired role (`coordination.kafka.fenced`), one
+plain idempotent producer for registrations, one read_committed consumer for
+`read_partition` (`coordination.kafka.reader`), one shared by every tail
+(`coordination.kafka.tail`), an admin client for the topic check
+(`coordination.kafka.admin`) and a raw client for the coordinator requests
+(`coordination.kafka.coordinators`). Every network wait is bounded: by
+`operation_timeout` for reads, registrations, checks and coordinator requests,
+and by the role's transaction timeout for the fenced producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+from typing import Any
+
+from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+)
+from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.errors import FencedError
+from coordination.kafka.admin import TopicChecker
+from coordination.kafka.coordinators import TransactionCoordinators
+from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
+from coordination.kafka.fenced import KafkaGuardedTransaction, RoleProducer
+from coordination.kafka.lifecycle import (
+    servers_text,
+    start_bounded,
+    stop_consumer,
+    stop_producer,
+)
+from coordination.kafka.options import ClientOptions
+from coordination.kafka.protocol import (
+    FENCE_ERROR_CODES,
+    INVALID_TRANSACTION_TIMEOUT,
+    NO_ERROR,
+    TRANSACTIONAL_ID_NOT_FOUND,
+    BrokerApiVersions,
+)
+from coordination.kafka.reader import PartitionReader
+from coordination.kafka.tail import KafkaTail, TailHub
+from coordination.records import decode_key
+from coordination.status import LeadershipStatus
+from coordination.token import NO_EPOCH, FencingToken
+from coordination.transport import PartitionRead
+
+__all__ = ["STATE_TOPIC", "KafkaTransport"]
+
+log = logging.getLogger("coordination.kafka")
+
+STATE_TOPIC = "__coordination_state"
+
+
+class KafkaTransport:
+    """Coordinator, StateReader, Registrar and LeaseWriter on a Kafka cluster.
+
+    ``async with KafkaTransport("127.0.0.1:9092") as transport: ...``
+
+    `aiokafka_options` (``security_protocol``, ``ssl_context``, ``sasl_*``,
+    ``client_id``, ``request_timeout_ms``, ...) reach every client the
+    transport creates, each getting the ones its class accepts; options the
+    protocol fixes (``acks``, ``isolation_level``, ``transactional_id``, ...)
+    are refused. `operation_timeout` bounds every network wait that is not a
+    fenced producer's (those are bounded by the role's transaction timeout);
+    an unreachable cluster is a `KafkaUnavailableError` within it.
+    `tail_wait_ms` is the tails' fetch long-poll: committed records arrive at
+    once, a move of the high watermark alone within that time.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        *,
+        topic: str = STATE_TOPIC,
+        operation_timeout: float = 15.0,
+        tail_wait_ms: int = 200,
+        check_cache_seconds: float = 30.0,
+        **aiokafka_options: Any,
+    ) -> None:
+        if not operation_timeout > 0:
+            raise ValueError(f"operation_timeout must be positive, got {operation_timeout}")
+        self.topic = topic
+        self.servers = servers_text(bootstrap_servers)
+        self._options = ClientOptions(bootstrap_servers, aiokafka_options)
+        self._timeout = operation_timeout
+        self._checker = TopicChecker(self._options, topic, timeout=operation_timeout,
+                                     servers=self.servers, cache_seconds=check_cache_seconds)
+        self._coordinators = TransactionCoordinators(self._options, timeout=operation_timeout,
+                                                     servers=self.servers)
+        self._reader = PartitionReader(lambda: self._new_consumer(0), topic,
+                                       timeout=operation_timeout)
+        self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms), topic)
+        self._producers: dict[str, RoleProducer] = {}
+        self._ended: dict[str, BaseException] = {}
+        self._role_locks: dict[str, asyncio.Lock] = {}
+        self._plain: Any = None
+        self._plain_lock = asyncio.Lock()
+        self._topic_seen = False
+        self._closed = False
+
+    # Lifecycle.
+
+    async def __aenter__(self) -> KafkaTransport:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Nothing to do up front: every client starts when first needed."""
+        self._check_open()
+
+    async def close(self) -> None:
+        """Close every client this transport opened (bounded); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        producers = list(self._producers.values())
+        self._producers.clear()
+        plain, self._plain = self._plain, None
+        closing = [self._hub.close(), self._reader.close(), self._checker.close(),
+                   self._coordinators.close(), *(p.close() for p in producers)]
+        if plain is not None:
+            closing.append(stop_producer(plain))
+        for result in await asyncio.gather(*closing, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("closing the Kafka transport: %r", result)
+
+    # Coordinator.
+
+    async def acquire_epoch(
+        self, role: str, transaction_timeout: float, current: FencingToken | None = None
+    ) -> FencingToken:
+        """InitProducerId for ``transactional.id = role``.
+
+        Without `current`: starts the role's transactional producer (closing
+        any previous one of this transport), keeps it for `write_lease` and
+        guarded transactions, and returns the token it was minted. With
+        `current`: the conditional bump (KIP-360) over the raw client; it
+        returns the new token, raises `FencedError` if `current` was no longer
+        the role's token, and keeps no producer.
+        """
+        self._check_open()
+        timeout_ms = round(transaction_timeout * 1000)
+        if not timeout_ms > 0:
+            raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+        async with self._lock(role):
+            if current is not None:
+                return await self._conditional_bump(role, timeout_ms, current)
+            await self._drop(role)
+            producer = AIOKafkaProducer(**self._options.producer(
+                transactional_id=role, transaction_timeout_ms=timeout_ms, acks="all",
+                enable_idempotence=True,
+            ))
+            try:
+                await start_bounded(producer.start(), self._timeout,
+                                    f"InitProducerId for role {role!r}", self.servers)
+            except BaseException as exc:
+                await stop_producer(producer)
+                if isinstance(exc, _errors.InvalidTransactionTimeout):
+                    raise KafkaTransportError(
+                        f"InitProducerId for role {role!r}: the transaction timeout "
+                        f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+                    ) from exc
+                if isinstance(exc, _errors.KafkaError):
+                    raise KafkaTransportError(
+                        f"InitProducerId for role {role!r} failed: {exc!r}") from exc
+                raise
+            owner = RoleProducer(role, producer, self.topic, transaction_timeout,
+                                 self._retired)
+            self._producers[role] = owner
+            self._ended.pop(role, None)
+            log.debug("%s: acquired %s", role, owner.token)
+            return owner.token
+
+    async def describe_epoch(self, role: str) -> LeadershipStatus:
+        """DescribeTransactions for `role` at its transaction coordinator."""
+        self._check_open()
+        entry = await self._coordinators.describe(role)
+        if entry.error_code == TRANSACTIONAL_ID_NOT_FOUND:
+            return LeadershipStatus(role, NO_EPOCH, "Unknown")
+        if entry.error_code != NO_ERROR:
+            raise KafkaTransportError(
+                f"DescribeTransactions for role {role!r} answered "
+                f"{_errors.for_code(entry.error_code).__name__} ({entry.error_code})"
+            )
+        token = FencingToken(entry.producer_id, entry.producer_epoch)
+        return LeadershipStatus(role, token, entry.state)
+
+    async def api_versions(self) -> BrokerApiVersions:
+        """One broker's ApiVersions v3+ answer, with the finalized feature levels."""
+        self._check_open()
+        return await self._coordinators.api_versions()
+
+    # StateReader.
+
+    async def read_partition(self, partition: int) -> PartitionRead:
+        """Committed records of `partition` from its first offset to the stable offset."""
+        self._check_open()
+        return await self._reader.read(partition)
+
+    async def tail(self, partition: int, from_offset: int) -> KafkaTail:
+        """Follow `partition` from `from_offset` (all tails share one consumer)."""
+        self._check_open()
+        return await self._hub.follow(partition, from_offset)
+
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
+        """Refuse a state topic or broker the protocol cannot run on (`StateTopicError`)."""
+        self._check_open()
+        await self._checker.check(partitions, lease_duration)
+        self._topic_seen = True
+
+    # Registrar.
+
+    async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Write one record through the plain idempotent producer; return its offset."""
+        self._check_open()
+        producer = await self._plain_producer()
+
+        async def send() -> Any:
+            delivery = await producer.send(self.topic, value, key=key, partition=partition)
+            return await asyncio.shield(delivery)
+
+        try:
+            metadata = await asyncio.wait_for(send(), self._timeout)
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(
+                f"appending to {self.topic}-{partition}: no acknowledgement within "
+                f"{self._timeout:g} s (cluster {self.servers})"
+            ) from exc
+        except _errors.KafkaError as exc:
+            raise KafkaTransportError(
+                f"appending to {self.topic}-{partition} failed: {exc!r}") from exc
+        return int(metadata.offset)
+
+    # LeaseWriter.
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Commit one lease record in its own transaction of the role's producer."""
+        txn = await self.begin_transaction(decode_key(key).role)
+        try:
+            offset = await txn.write_lease(partition, key, value)
+            await txn.commit()
+        except asyncio.CancelledError:
+            txn.abandon()  # no waiting while cancelled: the next begin settles it
+            raise
+        except BaseException:
+            if not txn.finished:
+                try:
+                    await txn.abort()
+                except Exception as exc:
+                    log.debug("aborting a failed lease write: %r", exc)
+            raise
+        return offset
+
+    async def begin_transaction(self, role: str) -> KafkaGuardedTransaction:
+        """Open a transaction on `role`'s fenced producer."""
+        self._check_open()
+        owner = self._owner(role)
+        await self._require_topic()
+        return await owner.begin()
+
+    async def release(self, role: str) -> None:
+        """Close `role`'s producer (bounded); its epoch can no longer write here."""
+        async with self._lock(role):
+            self._ended.pop(role, None)
+            await self._drop(role)
+
+    # Internals.
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the KafkaTransport is closed")
+
+    def _lock(self, role: str) -> asyncio.Lock:
+        return self._role_locks.setdefault(role, asyncio.Lock())
+
+    def _owner(self, role: str) -> RoleProducer:
+        owner = self._producers.get(role)
+        if owner is not None:
+            return owner
+        ended = self._ended.get(role)
+        if isinstance(ended, FencedError):
+            raise FencedError(str(ended))
+        if ended is not None:
+            raise type(ended)(str(ended))
+        raise RuntimeError(f"no epoch acquired for role {role!r} on this transport")
+
+    def _retired(self, owner: RoleProducer, error: BaseException) -> None:
+        if self._producers.get(owner.role) is owner:
+            del self._producers[owner.role]
+            self._ended[owner.role] = error
+
+    async def _drop(self, role: str) -> None:
+        owner = self._producers.pop(role, None)
+        if owner is not None:
+            await owner.close()
+
+    async def _conditional_bump(
+        self, role: str, timeout_ms: int, current: FencingToken
+    ) -> FencingToken:
+        result = await self._coordinators.init_producer_id(
+            role, timeout_ms, current.producer_id, current.producer_epoch
+        )
+        if result.error_code == INVALID_TRANSACTION_TIMEOUT:
+            raise KafkaTransportError(
+                f"conditional InitProducerId for role {role!r}: the transaction timeout "
+                f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+            )
+        if result.error_code not in FENCE_ERROR_CODES and result.error_code != NO_ERROR:
+            raise KafkaTransportError(
+                f"conditional InitProducerId for role {role!r} answered "
+                f"{_errors.for_code(result.error_code).__name__} ({result.error_code})"
+            )
+        # Either way `current` is no longer the role's token: a producer of
+        # this transport holding it is fenced now.
+        owner = self._producers.get(role)
+        if owner is not None and owner.token == current:
+            await owner.retire(FencedError(f"{role}: {current} was superseded by a "
+                                           "conditional InitProducerId"), level=logging.INFO)
+        if result.error_code in FENCE_ERROR_CODES:
+            raise FencedError(f"{role}: {current} is not the current epoch "
+                              f"(InitProducerId answered {result.error_code})")
+        return FencingToken(result.producer_id, result.producer_epoch)
+
+    async def _require_topic(self) -> None:
+        """The topic exists (once per transport): no client may auto-create it."""
+        if not self._topic_seen:
+            await self._checker.facts()
+            self._topic_seen = True
+
+    async def _new_consumer(self, fetch_max_wait_ms: int) -> Any:
+        await self._require_topic()
+        consumer = AIOKafkaConsumer(**self._options.consumer(
+            group_id=None, isolation_level="read_committed", enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms,
+        ))
+        try:
+            await start_bounded(consumer.start(), self._timeout,
+                                f"reading the state topic {self.topic!r}", self.servers)
+        except BaseException:
+            await stop_consumer(consumer)
+            raise
+        return consumer
+
+    async def _plain_producer(self) -> Any:
+        async with self._plain_lock:
+            plain = self._plain
+            if plain is not None and plain._sender.sender_task.done():
+                # Its sender died (a fatal error): queued records would wait forever.
+                log.warning("the registration producer failed; starting a new one")
+                self._plain = None
+                await stop_producer(plain)
+            if self._plain is None:
+                await self._require_topic()
+                producer = AIOKafkaProducer(**self._options.producer(
+                    acks="all", enable_idempotence=True))
+                try:
+                    await start_bounded(producer.start(), self._timeout,
+                                        "starting the registration producer", self.servers)
+                except BaseException:
+                    await stop_producer(producer)
+                    raise
+                self._plain = producer
+            return self._plain
