@@ -191,3 +191,42 @@ async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
         return values
     finally:
         await consumer.stop()
+
+
+class CountingTransport(KafkaTransport):
+    """Counts the lease records written outside guarded transactions."""
+
+    lease_writes = 0
+
+    async def write_lease(self, partition, key, value):
+        offset = await super().write_lease(partition, key, value)
+        self.lease_writes += 1
+        return offset
+
+
+async def test_200_renewals_keep_the_token_and_only_the_current_tenure_is_authoritative(
+    cluster,
+):
+    await cluster.setup()
+    counting = CountingTransport(cluster.bootstrap, topic=cluster.state)
+    await counting.__aenter__()
+    try:
+        features = await counting.api_versions()
+        assert features.finalized_level("transaction.version") >= 2
+        first = await cluster.acquire("a", transport=counting, renew_interval=0.005)
+        deadline = asyncio.get_running_loop().time() + 120
+        while counting.lease_writes < 201:  # the first lease, then 200 renewals
+            assert asyncio.get_running_loop().time() < deadline, counting.lease_writes
+            await asyncio.sleep(0.05)  # polling a counter with a deadline
+        observer = await cluster.transport()
+        status = await describe_leadership(observer, cluster.role)
+        assert status.token == first.token
+        assert status.authoritative(first.token)
+        await first.resign()
+        second = await cluster.acquire("b")
+        status = await describe_leadership(observer, cluster.role)
+        assert not status.authoritative(first.token)
+        assert status.authoritative(second.token)
+        assert second.tenure > first.tenure
+    finally:
+        await counting.__aexit__(None, None, None)
