@@ -392,7 +392,9 @@ class Leadership:
         transaction open longer than the lease, which fences this leader.
         """
         self._check_open()
-        await self._bounded(self._lock.acquire())
+        # Waiting here is bounded by the holder: a renewal or a transaction, each
+        # bounded by the end of the tenure. A plain acquire is cancellation-safe.
+        await self._lock.acquire()
         try:
             self._check_open()
             try:
@@ -487,7 +489,11 @@ class Leadership:
         self._raise_if_over()
         work = asyncio.ensure_future(awaitable)
         waiters: list[asyncio.Future[Any]] = [work, self.done]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         if work.done():
             return work.result()
         work.cancel()

@@ -386,3 +386,28 @@ async def test_a_partition_count_changed_while_leading_ends_the_tenure():
     cluster.broker.add_partitions("__coordination_state", 1)
     await cluster.until(leader.done.done, within=61)
     assert isinstance(leader.err, StateTopicError)
+
+
+async def test_cancelling_a_writer_that_waits_for_the_lock_does_not_wedge_resign():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    gate = asyncio.Event()
+
+    async def holder():
+        async with leader.transaction():
+            await gate.wait()
+
+    async def waiter():
+        async with leader.transaction():
+            pass
+
+    holding = asyncio.create_task(holder())
+    await cluster.settle()
+    waiting = asyncio.create_task(waiter())
+    await cluster.settle()
+    waiting.cancel()
+    await cluster.settle()
+    gate.set()
+    await holding
+    await asyncio.wait_for(leader.resign(), timeout=5)
+    assert leader.err is None
