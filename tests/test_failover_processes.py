@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import uuid
@@ -13,6 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordination import FencingToken, describe_leadership, describe_role_state
 from coordination.kafka import KafkaTransport
+from tests.polling import eventually
 from tests.processes import Service
 
 pytestmark = pytest.mark.integration
@@ -67,14 +67,8 @@ async def role_state(bootstrap, topic, role):
 
 
 async def wait_roster(bootstrap, topic, role, members):
-    deadline = asyncio.get_running_loop().time() + TIMEOUT
-    while True:
-        state = await role_state(bootstrap, topic, role)
-        if state.roster == members:
-            return state
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"roster {state.roster}, expected {members}")
-        await asyncio.sleep(0.1)  # polling the log with a deadline
+    return await eventually(lambda: role_state(bootstrap, topic, role),
+                            lambda state: state.roster == members, within=TIMEOUT)
 
 
 async def committed_output(bootstrap, topic):

@@ -40,6 +40,8 @@ from coordination import (
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
 from coordination.kafka.options import ClientOptions
 from coordination.transport import PartitionRead
+from tests import polling
+from tests.loop import run_ready_callbacks
 
 pytestmark = pytest.mark.integration
 
@@ -126,13 +128,7 @@ def registration_record(role: str, member: str) -> tuple[bytes, bytes]:
 async def eventually(probe: Callable[[], Awaitable[T]], done: Callable[[T], bool],
                      within: float = DEADLINE) -> T:
     """Poll `probe` until `done(result)`, failing after `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        result = await probe()
-        if done(result):
-            return result
-        assert time.monotonic() < deadline, f"still {result!r} after {within} s"
-        await asyncio.sleep(0.05)  # a poll interval, not a wait for an effect
+    return await polling.eventually(probe, done, within)
 
 
 async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:
@@ -396,8 +392,7 @@ async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, ro
     token = await transport.acquire_epoch(role, LEASE)
     for yields in range(0, 40, 3):
         task = asyncio.ensure_future(transport.write_lease(0, *lease_record(role, token)))
-        for _ in range(yields):
-            await asyncio.sleep(0)  # cancel at a different await each round
+        await run_ready_callbacks(yields)  # cancel at a different await each round
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await transport.write_lease(0, *lease_record(role, token))

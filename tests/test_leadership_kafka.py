@@ -25,6 +25,7 @@ from coordination import (
 from coordination.kafka import KafkaTransport
 from coordination.records import Lease
 from tests.faults import stop_the_world
+from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -169,7 +170,8 @@ async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinat
     with pytest.raises(FencedError):
         await paused_transaction()
     assert isinstance(leader.err, FencedError)
-    status = await describe_leadership(observer, cluster.role)
+    status = await eventually(lambda: describe_leadership(observer, cluster.role),
+                              lambda status: status.token != leader.token, within=LEASE * 5)
     assert status.token.producer_id == leader.token.producer_id
     assert status.token.producer_epoch > leader.token.producer_epoch
     assert await committed_values(cluster.bootstrap, cluster.output) == []
@@ -214,10 +216,11 @@ async def test_200_renewals_keep_the_token_and_only_the_current_tenure_is_author
         features = await counting.api_versions()
         assert features.finalized_level("transaction.version") >= 2
         first = await cluster.acquire("a", transport=counting, renew_interval=0.005)
-        deadline = asyncio.get_running_loop().time() + 120
-        while counting.lease_writes < 201:  # the first lease, then 200 renewals
-            assert asyncio.get_running_loop().time() < deadline, counting.lease_writes
-            await asyncio.sleep(0.05)  # polling a counter with a deadline
+        async def lease_writes() -> int:
+            return counting.lease_writes
+
+        # the first lease, then 200 renewals
+        await eventually(lease_writes, lambda count: count >= 201, within=120)
         observer = await cluster.transport()
         status = await describe_leadership(observer, cluster.role)
         assert status.token == first.token
