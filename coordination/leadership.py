@@ -398,7 +398,7 @@ class Leadership:
         try:
             self._check_open()
             try:
-                txn = await self._bounded(self._transport.begin_transaction(self.role))
+                txn = await self._begin()
             except FencedError as exc:
                 self._end(exc)
                 raise
@@ -452,6 +452,20 @@ class Leadership:
             raise FencedError(f"{self.role}: the leadership is resigning")
         if self.fenced():
             raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
+
+    async def _begin(self) -> GuardedTransaction:
+        """Open a transaction; if the caller gives up meanwhile, abort it again.
+
+        The begin itself is shielded and awaited to its end (the transport
+        bounds it), so a transaction it opened is never left open.
+        """
+        begin = asyncio.ensure_future(self._transport.begin_transaction(self.role))
+        try:
+            return await self._bounded(asyncio.shield(begin))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._abort_quietly(await begin)
+            raise
 
     async def _commit(self, txn: GuardedTransaction) -> None:
         lease = None

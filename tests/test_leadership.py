@@ -17,6 +17,7 @@ from coordination import (
     describe_leadership,
     describe_role_state,
 )
+from tests.loop import run_ready_callbacks
 from tests.sim import LEASE, STAGGER, Cluster, SkewedClock, crash
 
 
@@ -411,3 +412,31 @@ async def test_cancelling_a_writer_that_waits_for_the_lock_does_not_wedge_resign
     await holding
     await asyncio.wait_for(leader.resign(), timeout=5)
     assert leader.err is None
+
+
+class SlowBeginTransport(MemoryTransport):
+    """Opens transactions on the broker, then takes one more round trip to answer."""
+
+    async def begin_transaction(self, role):
+        txn = await super().begin_transaction(role)
+        await asyncio.sleep(0)
+        return txn
+
+
+async def test_a_writer_cancelled_while_its_transaction_opens_leaves_none_open():
+    cluster = Cluster()
+    leader = await lead(cluster, "a", transport=SlowBeginTransport(cluster.broker))
+
+    async def writer():
+        async with leader.transaction() as txn:
+            await txn.send("out", b"x", partition=0)
+
+    for rounds in range(6):
+        task = asyncio.create_task(writer())
+        await run_ready_callbacks(rounds)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await asyncio.wait_for(leader.resign(), timeout=5)
+    assert leader.err is None
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
+    assert state.lease is None
