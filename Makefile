@@ -9,12 +9,13 @@ KAFKA  := $(PY) deploy/kafka/kafka.py
 KAFKA_DIR  ?= .cache/kafka/local
 KAFKA_PORT ?= 9092
 
-.PHONY: run test lint typecheck unit integration venv kafka-jars kafka-up kafka-down kafka-status clean
+.PHONY: run test lint typecheck unit integration venv kafka-jars browser kafka-up kafka-down kafka-status clean
 
+# RUN_ARGS: more options of deploy/run.py (--web-port, --run-dir, --partitions, --workers).
 run: venv kafka-jars
-	$(PY) deploy/run.py --kafka-dir $(KAFKA_DIR) --kafka-port $(KAFKA_PORT)
+	$(PY) deploy/run.py --kafka-dir $(KAFKA_DIR) --kafka-port $(KAFKA_PORT) $(RUN_ARGS)
 
-test: venv kafka-jars lint typecheck
+test: venv kafka-jars browser lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv lint typecheck
@@ -28,6 +29,7 @@ lint: venv
 
 typecheck: venv
 	$(PY) -m mypy --strict coordination
+	$(PY) -m mypy app agents tables
 
 venv: $(VENV)/.installed
 
@@ -39,6 +41,10 @@ $(VENV)/.installed: pyproject.toml
 
 kafka-jars:
 	bash deploy/kafka/fetch-jars.sh
+
+# Debian's chromium, for the dashboard test (best effort; see the script).
+browser:
+	bash deploy/install-browser.sh
 
 kafka-up: venv kafka-jars
 	$(KAFKA) up --dir $(KAFKA_DIR) --port $(KAFKA_PORT)

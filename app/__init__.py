@@ -1,5 +1,10 @@
 """The Faust worker application of krabka-coordination (DESIGN.md §6).
 
-Not built yet: the app factory, settings, web views, CLI commands and the
-``role`` decorator arrive with the worker-application issue.
+``faust -A app.main worker`` runs one worker. `app.settings` reads the
+environment, `app.factory` builds the worker (Faust app, topics, tables,
+agents, role service, web view, CLI commands), `app.web` and
+`app.dashboard` are the HTTP view, `app.commands` the ``roles``/``role``
+commands, `app.metrics` the Prometheus text, `app.demo` the demo role, and
+`app.faust_patches` two fixes to faust-streaming's exactly_once mode.
+See docs/app.md.
 """

@@ -1,5 +1,9 @@
-"""Faust tables: ``role_state`` and its orjson value codec.
+"""Faust tables of the worker application and their orjson value codecs.
 
-Not built yet; see ``app``. The name shadows PyTables' ``tables``: run the
-service in its own virtualenv.
+`tables.role_state` (one value per role: roster, lease, tenure, skipped
+records) and `tables.partition_state` (per state partition: records no role
+owns) are the codecs; `tables.role_view` renders the JSON shapes of the web
+view; `tables.faust_tables` declares the two changelog-backed tables.
+
+The name shadows PyTables' ``tables``: run the service in its own virtualenv.
 """

@@ -1,0 +1,79 @@
+"""Leadership-change events: what the fold publishes to
+``coordination-leadership-changes`` (schema in docs/events.md).
+
+One flat JSON object per event; every field is always present, null when it
+does not apply to the kind. Subscribers dedupe by ``(role, kind, offset)``:
+events can repeat after a fence of Faust's own producer, and one source record
+can end one tenure (``lapsed``) and start the next (``elected``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from coordination import FencingToken
+
+__all__ = ["EVENTS_TOPIC", "KINDS", "EventKind", "LeadershipEvent"]
+
+EVENTS_TOPIC = "coordination-leadership-changes"
+SCHEMA = 1
+
+EventKind = Literal["elected", "resigned", "lapsed", "member-joined", "member-left"]
+KINDS: tuple[EventKind, ...] = ("elected", "resigned", "lapsed", "member-joined", "member-left")
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipEvent:
+    """One change of a role's holder or roster.
+
+    `partition` and `offset` locate the source record in
+    ``__coordination_state``: for ``lapsed`` it is the lease record whose
+    deadline passed (so the event is the same whether a tick or the next
+    record noticed the lapse); `timestamp` is that record's Kafka timestamp.
+    """
+
+    role: str
+    kind: EventKind
+    member: str | None
+    partition: int
+    offset: int
+    timestamp: int
+    token: FencingToken | None = None
+    tenure: int | None = None
+    granted_at: int | None = None
+    deadline: int | None = None
+    previous_holder: str | None = None
+    previous_token: FencingToken | None = None
+    rank: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as published (see docs/events.md)."""
+        return {
+            "schema": SCHEMA,
+            "role": self.role,
+            "kind": self.kind,
+            "member": self.member,
+            "rank": self.rank,
+            "token": _token(self.token),
+            "tenure": self.tenure,
+            "granted_at": self.granted_at,
+            "deadline": self.deadline,
+            "previous_holder": self.previous_holder,
+            "previous_token": _token(self.previous_token),
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+        }
+
+    def encode(self) -> bytes:
+        """The event's bytes on the events topic."""
+        return orjson.dumps(self.to_json())
+
+
+def _token(token: FencingToken | None) -> dict[str, int] | None:
+    if token is None:
+        return None
+    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}

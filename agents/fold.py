@@ -1,0 +1,137 @@
+"""The fold agent: ``__coordination_state`` -> ``role_state`` + leadership-change events.
+
+Consumes the state topic as raw bytes (read_committed under exactly_once, so
+aborted lease writes never reach the table), folds each record into its
+role's table value with the pure `agents.folding.fold`, and publishes the
+events it causes, keyed by role, to the same partition of the events topic.
+Table writes, events and the consumed offset commit in one Kafka transaction.
+
+The tick agent reports lapses nobody wrote a record about: a timer sends a
+tick to each state partition this worker owns (on a co-partitioned ticks
+topic), and the tick, processed inside that partition's transaction, may
+write the table and emit ``lapsed``.
+
+Nothing a record contains can stop either agent: a malformed record is
+counted and reported (in the role's value, or the partition's), then skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from agents.events import LeadershipEvent
+from agents.folding import Unattributed, expire, fold, fold_unattributed, route
+from app.context import Context
+from coordination import Record
+from tables import partition_state, role_state
+from tables.partition_state import partition_key
+from tables.role_state import RoleValue
+
+__all__ = ["apply_record", "apply_tick", "install"]
+
+log = logging.getLogger("agents.fold")
+
+
+def _record(message: Any) -> Record:
+    # Faust gives the Kafka timestamp in float seconds; the format uses ms.
+    timestamp = round(message.timestamp * 1000) if message.timestamp else 0
+    return Record(message.offset, message.key or b"", message.value, timestamp)
+
+
+def _load(ctx: Context, key: bytes) -> RoleValue | None:
+    raw = ctx.tables.role_state.get(key)
+    if raw is None:
+        return None
+    try:
+        return role_state.decode(raw)
+    except ValueError as exc:
+        # Only this module writes the table; a value it cannot read is a bug
+        # or a foreign writer. Start the role afresh rather than stop the fold.
+        log.error("role_state[%r] is unreadable, folding it afresh: %s", key, exc)
+        return None
+
+
+async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
+    for event in events:
+        await ctx.events_topic.send(key=event.role.encode("utf-8"), value=event.encode(),
+                                    partition=event.partition)
+        ctx.metrics.event(event.kind)
+
+
+async def apply_record(ctx: Context, message: Any) -> None:
+    """Fold one state-topic message (what the agent does per event)."""
+    partition = message.partition
+    record = _record(message)
+    key = route(record, partition, ctx.partitions)
+    if isinstance(key, Unattributed):
+        table = ctx.tables.partition_state
+        pkey = partition_key(partition)
+        raw = table.get(pkey)
+        current = None if raw is None else partition_state.decode(raw)
+        table[pkey] = partition_state.encode(
+            fold_unattributed(current, record, partition, key))
+        ctx.metrics.skip(partition, key.kind)
+        log.warning("partition %d offset %d skipped: %s", partition, record.offset, key.reason)
+        return
+    role_key = key.role.encode("utf-8")
+    current_value = _load(ctx, role_key)
+    value, events = fold(current_value, record, partition, ctx.partitions)
+    if value is None or value is current_value:
+        return
+    ctx.tables.role_state[role_key] = role_state.encode(value)
+    if value.skipped > (0 if current_value is None else current_value.skipped):
+        ctx.metrics.skip(partition, "malformed")
+        log.warning("%s: partition %d offset %d skipped: %s", key.role, partition,
+                    record.offset, value.errors[-1][1])
+    await _publish(ctx, events)
+
+
+async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
+    """Report every lapse on `partition` due at `now_ms` (what the tick agent does)."""
+    table = ctx.tables.role_state
+    for key, raw in list(table.items()):
+        value = role_state.decode(raw)
+        if value.partition != partition or value.lease is None or value.lapse_reported:
+            continue
+        new, events = expire(value, now_ms)
+        if events:
+            table[key] = role_state.encode(new)
+            await _publish(ctx, events)
+
+
+def install(ctx: Context) -> None:
+    """Declare the fold and tick agents and the tick timer on `ctx.app`."""
+    app = ctx.app
+
+    @app.agent(ctx.state_topic, name="coordination-fold")
+    async def fold_agent(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await apply_record(ctx, event.message)
+            except Exception:
+                # A bug must not wedge the partition: log it loudly and go on.
+                log.exception("fold failed at partition %d offset %d",
+                              event.message.partition, event.message.offset)
+
+    @app.agent(ctx.ticks_topic, name="coordination-ticks")
+    async def tick_agent(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                tick = orjson.loads(event.message.value)
+                await apply_tick(ctx, event.message.partition, int(tick["now"]))
+            except Exception:
+                log.exception("tick failed at partition %d", event.message.partition)
+
+    @app.timer(ctx.settings.tick_interval, name="coordination-tick-timer")
+    async def send_ticks() -> None:
+        # The plain (non-transactional) producer: a tick is only a wake-up,
+        # and it must become readable without waiting for a commit.
+        topic = ctx.ticks_topic.get_topic_name()
+        owned = sorted(tp.partition for tp in app.assignor.assigned_actives()
+                       if tp.topic == topic)
+        payload = orjson.dumps({"now": ctx.clock.now_ms()})
+        for partition in owned:
+            await app.producer.send(topic, None, payload, partition, None, None)

@@ -1,0 +1,99 @@
+"""The worker's role service: one coordination transport and a runner per role.
+
+Started by Faust with the app (after table recovery) and stopped with it, so
+a clean worker shutdown (SIGTERM, Ctrl-C) resigns every role this worker
+holds before the process exits. The transport connects in the background and
+is retried: a broker that is down at start-up delays the candidates, it does
+not crash the worker (the fold and the web view keep working).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import AsyncExitStack
+from typing import Any
+
+from mode import Service
+
+from agents.roles import RoleRunner
+from agents.timed_transport import TimedTransport
+from app.context import Context
+from coordination import LeadershipOptions
+
+__all__ = ["install"]
+
+log = logging.getLogger("agents.service")
+
+CONNECT_RETRY = 2.0
+
+
+class RoleService(Service):
+    """Connects the transport, runs the role runners, resigns on stop."""
+
+    def __init__(self, ctx: Context, **kwargs: Any) -> None:
+        self.ctx = ctx
+        self._stack = AsyncExitStack()
+        self._connecting: asyncio.Task[None] | None = None
+        self._resigned = False
+        super().__init__(**kwargs)
+
+    async def on_start(self) -> None:
+        self._connecting = asyncio.create_task(self._connect_and_run())
+        # Resign before Faust stops its consumer (which can hang without a broker).
+        hooks = getattr(self.ctx.app, "before_stop", None)
+        if hooks is not None:
+            hooks.append(self.resign_all)
+
+    async def _connect_and_run(self) -> None:
+        ctx = self.ctx
+        while True:
+            try:
+                transport = await self._stack.enter_async_context(ctx.transport_factory())
+                break
+            except Exception as exc:
+                log.warning("cannot connect the coordination transport yet: %r", exc)
+                await asyncio.sleep(CONNECT_RETRY)
+        ctx.transport = transport
+        settings = ctx.settings
+        options = LeadershipOptions(settings.partitions, settings.lease_duration,
+                                    settings.renew_interval, settings.challenge_stagger)
+        timed = TimedTransport(transport, ctx.metrics.lease_written)
+        member = ctx.member
+        for name, fn in sorted(ctx.roles.items()):
+            runner = RoleRunner(timed, name, fn, member, options, clock=ctx.clock,
+                                observer=ctx.metrics)
+            ctx.runners[name] = runner
+            runner.start()
+        log.info("member %s stands for roles %s", member, sorted(ctx.roles))
+
+    async def on_stop(self) -> None:
+        await self.resign_all()
+
+    async def resign_all(self) -> None:
+        """Stop every runner (resigning held roles) and close the transport; idempotent."""
+        if self._resigned:
+            return
+        self._resigned = True
+        if self._connecting is not None and not self._connecting.done():
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
+        runners = list(self.ctx.runners.values())
+        # Resign in parallel: each runner bounds its own steps.
+        await asyncio.gather(*(runner.stop() for runner in runners), return_exceptions=True)
+        log.info("member %s resigned its roles", self.ctx.member)
+        self.ctx.transport = None
+        await self._stack.aclose()
+
+
+def install(ctx: Context) -> None:
+    """Start a `RoleService` with `ctx.app`."""
+
+    class _RoleService(RoleService):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(ctx, **kwargs)
+
+    _RoleService.__name__ = "RoleService"
+    ctx.app.service(_RoleService)

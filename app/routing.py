@@ -1,0 +1,81 @@
+"""Which worker owns which state partition, and asking another worker.
+
+Faust's assignor knows which worker owns each changelog partition of the
+``role_state`` table; a role's value lives in partition
+``role_partition(role, P)`` (bytes keys make Faust's partitioner agree). We
+look the owner up ourselves instead of Faust's ``table_route`` decorator,
+because that one turns an unreachable owner into a 500 and forwards no
+timeout; here every failure is a `Unreachable` the views answer with 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import aiohttp
+from yarl import URL
+
+from app.context import Context
+
+__all__ = ["FaustRouter", "Router", "Unreachable", "fetch_json", "owner_of"]
+
+FORWARD_TIMEOUT = 3.0
+
+
+class Unreachable(Exception):
+    """Another worker did not answer in time, or not with JSON."""
+
+
+class Router(Protocol):
+    """The partition -> worker map the views route by."""
+
+    def owners(self) -> dict[str, list[int]]:
+        """Each worker's URL and the state partitions it owns (empty while unassigned)."""
+        ...
+
+    def is_self(self, url: str) -> bool:
+        """Whether `url` is this worker's web server."""
+        ...
+
+
+def _ident(url: str) -> tuple[str, int]:
+    parsed = URL(url)
+    return (parsed.host or "", parsed.port or 80)
+
+
+class FaustRouter:
+    """The map from Faust's partition assignor (the table's changelog partitions)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def owners(self) -> dict[str, list[int]]:
+        app = self.ctx.app
+        topic = self.ctx.tables.role_state.changelog_topic.get_topic_name()
+        try:
+            metadata = app.router.table_metadata(self.ctx.tables.role_state.name)
+        except KeyError:
+            return {}
+        return {str(url): sorted(topics.get(topic, [])) for url, topics in metadata.items()
+                if topics.get(topic)}
+
+    def is_self(self, url: str) -> bool:
+        return _ident(url) == _ident(str(self.ctx.app.conf.canonical_url))
+
+
+def owner_of(router: Router, partition: int) -> str | None:
+    """The URL of the worker owning `partition`, or None while it is unassigned."""
+    for url, partitions in router.owners().items():
+        if partition in partitions:
+            return url
+    return None
+
+
+async def fetch_json(session: aiohttp.ClientSession, url: str,
+                     seconds: float = FORWARD_TIMEOUT) -> tuple[int, Any]:
+    """GET `url` from another worker: its status and JSON body, or `Unreachable`."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=seconds)) as response:
+            return response.status, await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        raise Unreachable(f"{url}: {exc!r}") from None

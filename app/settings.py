@@ -1,0 +1,125 @@
+"""Worker settings, from environment variables with documented defaults.
+
+Every setting has one variable; `docs/app.md` lists them. The web port and
+data directory are per worker (several local workers need distinct ones);
+the member id defaults to ``{hostname}:{web_port}`` so local workers are
+distinct members and a StatefulSet pod keeps its id across restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordination import LeadershipOptions
+
+__all__ = ["Settings"]
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one worker needs to know; `from_env` reads it."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    app_id: str = "krabka-coordination"
+    state_topic: str = "__coordination_state"
+    events_topic: str = "coordination-leadership-changes"
+    partitions: int = 16
+    lease_duration: float = 30.0
+    renew_interval: float = 10.0
+    challenge_stagger: float = 5.0
+    member_id: str | None = None
+    web_host: str = field(default_factory=socket.gethostname)
+    web_bind: str = "0.0.0.0"
+    web_port: int = 6066
+    data_dir: Path | None = None
+    replication_factor: int = 1
+    tick_interval: float = 1.0
+    commit_interval: float = 0.2
+    session_timeout: float = 10.0
+    demo: bool = False
+
+    def __post_init__(self) -> None:
+        # Fail at start-up, not at the first election, on impossible timings.
+        LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
+                          self.challenge_stagger)
+        if not 0 < self.web_port < 65536:
+            raise ValueError(f"web port {self.web_port} is out of range")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+        default = cls()
+        data_dir = env.get("COORDINATION_DATA_DIR")
+        return cls(
+            bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or default.bootstrap_servers,
+            app_id=env.get("COORDINATION_APP_ID") or default.app_id,
+            state_topic=env.get("COORDINATION_STATE_TOPIC") or default.state_topic,
+            events_topic=env.get("COORDINATION_EVENTS_TOPIC") or default.events_topic,
+            partitions=_int(env, "COORDINATION_PARTITIONS", default.partitions),
+            lease_duration=_float(env, "COORDINATION_LEASE_DURATION", default.lease_duration),
+            renew_interval=_float(env, "COORDINATION_RENEW_INTERVAL", default.renew_interval),
+            challenge_stagger=_float(env, "COORDINATION_CHALLENGE_STAGGER",
+                                     default.challenge_stagger),
+            member_id=env.get("COORDINATION_MEMBER_ID") or None,
+            web_host=env.get("COORDINATION_WEB_HOST") or default.web_host,
+            web_bind=env.get("COORDINATION_WEB_BIND") or default.web_bind,
+            web_port=_int(env, "COORDINATION_WEB_PORT", default.web_port),
+            data_dir=Path(data_dir) if data_dir else None,
+            replication_factor=_int(env, "COORDINATION_REPLICATION_FACTOR",
+                                    default.replication_factor),
+            tick_interval=_float(env, "COORDINATION_TICK_INTERVAL", default.tick_interval),
+            commit_interval=_float(env, "COORDINATION_COMMIT_INTERVAL", default.commit_interval),
+            session_timeout=_float(env, "COORDINATION_SESSION_TIMEOUT", default.session_timeout),
+            demo=_flag(env, "COORDINATION_DEMO"),
+        )
+
+    def member(self, web_port: int | None = None) -> str:
+        """This worker's member id: the configured one, else ``{hostname}:{web_port}``.
+
+        `web_port` is the port the worker really serves on (``faust worker
+        --web-port`` overrides the environment after the app is built).
+        """
+        if self.member_id:
+            return self.member_id
+        return f"{socket.gethostname()}:{web_port or self.web_port}"
+
+    @property
+    def datadir(self) -> Path:
+        """Faust's data directory (RocksDB tables): one per worker."""
+        if self.data_dir is not None:
+            return self.data_dir
+        return Path("data") / f"worker-{self.web_port}"
+
+    @property
+    def canonical_url(self) -> str:
+        """The URL other workers use to reach this worker's web server."""
+        return f"http://{self.web_host}:{self.web_port}"

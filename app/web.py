@@ -1,0 +1,268 @@
+"""The web view on the Faust web server (DESIGN §6): JSON, Prometheus, dashboard.
+
+    GET /roles/                       every role, gathered from every worker
+    GET /roles/{role}/                one role, answered by the worker owning it
+    GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check)
+    GET /metrics                      this worker's Prometheus metrics
+    GET /health                       this worker: member id, connected, roles led
+    GET /                             the HTML dashboard
+
+Any worker answers any request. Errors are JSON ``{"error": ...}`` with 400
+(bad parameter), 404 (unknown role or path) or 503 (owner unreachable, group
+rebalancing, cluster unreachable); a middleware turns anything unexpected
+into a 503 too, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from app.context import Context
+from app.dashboard import DASHBOARD_HTML
+from app.routing import FaustRouter, Unreachable, fetch_json, owner_of
+from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
+from tables import partition_state, role_state
+from tables.partition_state import partition_key
+from tables.role_view import detail, merged_state, skips_of_values, summary
+
+__all__ = ["Views", "install", "json_errors"]
+
+log = logging.getLogger("app.web")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+DESCRIBE_TIMEOUT = 5.0
+MAX_NAME_BYTES = 0x7FFF
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+
+
+def error(status: int, message: str) -> web.Response:
+    """The JSON error body every failing endpoint answers with."""
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own 404/405 as JSON, and any unexpected failure as a 503 JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error(exc.status, exc.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("%s %s failed", request.method, request.path)
+        return error(503, f"this worker could not answer: {exc!r}")
+
+
+class BadRequest(Exception):
+    """A request parameter that is missing, malformed or out of range."""
+
+
+def _role_name(request: web.Request) -> str:
+    role = request.match_info["role"]
+    try:
+        size = len(role.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadRequest("the role name is not valid UTF-8") from None
+    if not role or size > MAX_NAME_BYTES:
+        raise BadRequest(f"a role name has 1 to {MAX_NAME_BYTES} UTF-8 bytes, got {size}")
+    return role
+
+
+def _int_param(request: web.Request, name: str, bits: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        raise BadRequest(f"missing query parameter {name}")
+    if not _INTEGER.fullmatch(raw):
+        raise BadRequest(f"{name}={raw!r} is not an integer")
+    value = int(raw)
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise BadRequest(f"{name}={value} does not fit in a signed {bits}-bit integer")
+    return value
+
+
+def _token(token: FencingToken) -> dict[str, int] | None:
+    if token == NO_EPOCH:
+        return None
+    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}
+
+
+class Views:
+    """The handlers, bound to one worker's `Context`."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[tuple[str, Handler]]:
+        """Every endpoint as (path, handler)."""
+        return [
+            ("/", self.dashboard),
+            ("/health", self.health),
+            ("/metrics", self.metrics),
+            ("/roles/", self.roles),
+            ("/roles/{role}/", self.role),
+            ("/roles/{role}/authoritative", self.authoritative),
+        ]
+
+    @property
+    def _session(self) -> Any:
+        return self.ctx.http or self.ctx.app.http_client
+
+    # --- local reads -----------------------------------------------------------------
+
+    def _owned(self) -> set[int] | None:
+        for url, partitions in self.ctx.router.owners().items():
+            if self.ctx.router.is_self(url):
+                return set(partitions)
+        return None
+
+    def _local_rows(self, now_ms: int) -> list[dict[str, Any]]:
+        owned = self._owned()
+        rows = []
+        for _, raw in list(self.ctx.tables.role_state.items()):
+            value = role_state.decode(raw)
+            if owned is not None and value.partition not in owned:
+                continue
+            rows.append(summary(merged_state(value, None), now_ms))
+        return sorted(rows, key=lambda row: row["role"])
+
+    def _local_detail(self, role: str, now_ms: int) -> web.Response:
+        raw = self.ctx.tables.role_state.get(role.encode("utf-8"))
+        if raw is None:
+            return error(404, f"unknown role {role!r}: no record of it in the state topic")
+        value = role_state.decode(raw)
+        raw_partition = self.ctx.tables.partition_state.get(partition_key(value.partition))
+        skipped = None if raw_partition is None else partition_state.decode(raw_partition)
+        body = detail(merged_state(value, skipped), skips_of_values(value, skipped),
+                      value.partition, now_ms)
+        body["served_by"] = str(self.ctx.app.conf.canonical_url)
+        return web.json_response(body)
+
+    # --- endpoints -------------------------------------------------------------------
+
+    async def roles(self, request: web.Request) -> web.Response:
+        """Every role: this worker's own when ``scope=local``, else gathered."""
+        now = self.ctx.clock.now_ms()
+        if request.query.get("scope") == "local":
+            return web.json_response({"roles": self._local_rows(now), "now": now})
+        owners = self.ctx.router.owners()
+        if not owners:
+            return error(503, "no worker owns the state partitions yet (the group is "
+                              "rebalancing); retry shortly")
+        rows: list[dict[str, Any]] = []
+        unavailable: list[dict[str, Any]] = []
+
+        async def gather(url: str, partitions: list[int]) -> None:
+            if self.ctx.router.is_self(url):
+                rows.extend(self._local_rows(now))
+                return
+            try:
+                status, body = await fetch_json(self._session, f"{url.rstrip('/')}/roles/"
+                                                "?scope=local")
+                if status != 200:
+                    raise Unreachable(f"answered {status}: {body}")
+                rows.extend(body["roles"])
+            except (Unreachable, KeyError, TypeError) as exc:
+                unavailable.append({"worker": url, "partitions": partitions,
+                                    "error": str(exc)})
+
+        await asyncio.gather(*(gather(url, parts) for url, parts in owners.items()))
+        rows.sort(key=lambda row: row["role"])
+        return web.json_response({"roles": rows, "now": now, "unavailable": unavailable})
+
+    async def role(self, request: web.Request) -> web.Response:
+        """One role's full state, from the worker that owns its partition."""
+        try:
+            role = _role_name(request)
+        except BadRequest as exc:
+            return error(400, str(exc))
+        now = self.ctx.clock.now_ms()
+        partition = role_partition(role, self.ctx.partitions)
+        if request.query.get("forwarded"):
+            # Asked by another worker: answer from here, never forward again.
+            return self._local_detail(role, now)
+        owner = owner_of(self.ctx.router, partition)
+        if owner is None:
+            return error(503, f"no worker owns partition {partition} of role {role!r} yet "
+                              "(the group is rebalancing); retry shortly")
+        if self.ctx.router.is_self(owner):
+            return self._local_detail(role, now)
+        # raw_path keeps the role's percent-encoding as the client sent it.
+        target = f"{owner.rstrip('/')}{request.rel_url.raw_path}?forwarded=1"
+        try:
+            status, body = await fetch_json(self._session, target)
+        except Unreachable as exc:
+            return error(503, f"the worker owning partition {partition} ({owner}) is "
+                              f"unreachable: {exc}")
+        return web.json_response(body, status=status)
+
+    async def authoritative(self, request: web.Request) -> web.Response:
+        """Is this token the role's current one? A live DescribeTransactions."""
+        try:
+            role = _role_name(request)
+            token = FencingToken(_int_param(request, "producer_id", 64),
+                                 _int_param(request, "producer_epoch", 16))
+        except BadRequest as exc:
+            return error(400, str(exc))
+        transport = self.ctx.transport
+        if transport is None:
+            return error(503, "this worker is not connected to the Kafka cluster yet")
+        try:
+            status = await asyncio.wait_for(describe_leadership(transport, role),
+                                            DESCRIBE_TIMEOUT)
+        except Exception as exc:
+            return error(503, f"the transaction coordinator did not answer: {exc!r}")
+        return web.json_response({"role": role, "authoritative": status.authoritative(token),
+                                  "current": _token(status.token)})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text format."""
+        return web.Response(text=self.ctx.metrics.render(),
+                            content_type="text/plain", charset="utf-8",
+                            headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def health(self, request: web.Request) -> web.Response:
+        """This worker's member id, connection and roles."""
+        return web.json_response({
+            "member": self.ctx.member,
+            "connected": self.ctx.transport is not None,
+            "roles": {
+                name: {"leading": runner.leading, "running": runner.running,
+                       "tenures": runner.tenures, "last_stop": runner.last_stop,
+                       "fence_deadline": None if runner.leadership is None
+                       else runner.leadership.fence_deadline}
+                for name, runner in sorted(self.ctx.runners.items())
+            },
+        })
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        """The HTML dashboard (it polls /roles/ and /roles/{role}/)."""
+        return web.Response(text=DASHBOARD_HTML, content_type="text/html")
+
+
+def install(ctx: Context) -> Views:
+    """Register the views on the Faust web server of `ctx.app`."""
+    if ctx.router is None:
+        ctx.router = FaustRouter(ctx)
+    views = Views(ctx)
+    web_app = cast(Any, ctx.app.web).web_app  # the aiohttp driver's Application
+    web_app.middlewares.append(json_errors)
+    for path, handler in views.routes():
+        ctx.app.page(path, name=f"coordination:{path}")(_faust_view(handler))
+    return views
+
+
+def _faust_view(handler: Handler) -> Any:
+    async def get(view: Any, request: web.Request, **match_info: Any) -> web.StreamResponse:
+        return await handler(request)
+    get.__name__ = handler.__name__
+    return get

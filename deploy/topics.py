@@ -1,0 +1,158 @@
+"""Create the topics the worker group needs, or check the ones that exist.
+
+    python deploy/topics.py --bootstrap-servers 127.0.0.1:9092 --partitions 16
+    python deploy/topics.py --replication-factor 3 --demo   # production-like, plus demo topic
+
+Creates ``__coordination_state`` (compacted, short ``segment.ms`` so the
+cleaner can compact it) and ``coordination-leadership-changes`` with the same
+partition count (the fold publishes each role's events to its own partition,
+and Faust requires co-partitioned topics to have equal counts). With ``--demo``
+also the demo role's one-partition output topic. Faust creates its own
+internal topics (table changelogs, ticks) when the first worker starts.
+
+Idempotent: an existing topic is checked, not changed. A state topic that is
+not exactly ``cleanup.policy=compact`` or has another partition count is an
+error naming the fix, as the library's start-up check would be: two counts
+would split a role across two partitions.
+
+Production settings (see docs/deploy.md): ``--replication-factor 3`` (then
+``min.insync.replicas=2`` is set on each topic) and broker-side
+``auto.create.topics.enable=false``. Exit status: 0 ready, 1 a mismatch,
+2 the cluster could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+
+STATE_TOPIC = "__coordination_state"
+EVENTS_TOPIC = "coordination-leadership-changes"
+DEMO_TOPIC = "coordination-demo-output"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create, and what an existing one must match."""
+
+    name: str
+    partitions: int
+    replication: int
+    configs: dict[str, str] = field(default_factory=dict)
+    must_compact: bool = False
+
+
+class TopicMismatch(Exception):
+    """An existing topic the worker group cannot run on."""
+
+
+def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
+          state_topic: str = STATE_TOPIC, events_topic: str = EVENTS_TOPIC,
+          demo_topic: str = DEMO_TOPIC) -> list[TopicSpec]:
+    """The topics of a worker group with `partitions` state partitions."""
+    durable = {"min.insync.replicas": str(min(2, replication))} if replication >= 3 else {}
+    wanted = [
+        TopicSpec(state_topic, partitions, replication,
+                  {"cleanup.policy": "compact", "segment.ms": str(segment_ms),
+                   # Tombstones must outlive a lagging reader's catch-up.
+                   "delete.retention.ms": "86400000", **durable},
+                  must_compact=True),
+        TopicSpec(events_topic, partitions, replication, {**durable}),
+    ]
+    if demo:
+        wanted.append(TopicSpec(demo_topic, 1, replication, {**durable}))
+    return wanted
+
+
+async def ensure(bootstrap: str, wanted: list[TopicSpec], seconds: float = 30.0
+                 ) -> dict[str, str]:
+    """Create what is missing, check what exists; `TopicMismatch` on a conflict."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(seconds * 1000))
+    await asyncio.wait_for(admin.start(), seconds)
+    try:
+        report = {}
+        for spec in wanted:
+            response = await admin.create_topics([NewTopic(
+                spec.name, spec.partitions, spec.replication, topic_configs=spec.configs)])
+            # aiokafka returns per-topic error codes; it raises nothing.
+            (error,) = response.to_object()["topic_errors"]
+            code = error["error_code"]
+            if code == TopicAlreadyExistsError.errno:
+                await _check(admin, spec)
+                report[spec.name] = "exists"
+            elif code:
+                raise for_code(code)(f"creating {spec.name}: {error.get('error_message')}")
+            else:
+                report[spec.name] = "created"
+        return report
+    finally:
+        await admin.close()
+
+
+async def _check(admin: Any, spec: TopicSpec) -> None:
+    described = await admin.describe_topics([spec.name])
+    count = len(described[0]["partitions"])
+    if count != spec.partitions:
+        raise TopicMismatch(
+            f"{spec.name} has {count} partitions, not {spec.partitions}: run every worker "
+            f"with COORDINATION_PARTITIONS={count}, or delete the topic (losing its state)")
+    if spec.must_compact:
+        resource = ConfigResource(ConfigResourceType.TOPIC, spec.name, {"cleanup.policy": None})
+        policy = None
+        for response in await admin.describe_configs([resource]):
+            for described in response.to_object()["resources"]:
+                for entry in described["config_entries"]:
+                    if entry["config_names"] == "cleanup.policy":
+                        policy = entry["config_value"]
+        if policy != "compact":
+            raise TopicMismatch(
+                f"{spec.name} has cleanup.policy={policy}, not compact: set it with "
+                f"kafka-configs --alter --entity-type topics --entity-name {spec.name} "
+                "--add-config cleanup.policy=compact")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    env = os.environ
+    parser.add_argument("--bootstrap-servers",
+                        default=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--partitions", type=int,
+                        default=int(env.get("COORDINATION_PARTITIONS", "16")))
+    parser.add_argument("--replication-factor", type=int,
+                        default=int(env.get("COORDINATION_REPLICATION_FACTOR", "1")))
+    parser.add_argument("--segment-ms", type=int, default=60_000,
+                        help="state topic segment.ms: the cleaner compacts closed segments")
+    parser.add_argument("--state-topic", default=env.get("COORDINATION_STATE_TOPIC", STATE_TOPIC))
+    parser.add_argument("--events-topic",
+                        default=env.get("COORDINATION_EVENTS_TOPIC", EVENTS_TOPIC))
+    parser.add_argument("--demo", action="store_true", help="also the demo role's output topic")
+    parser.add_argument("--demo-topic", default=env.get("COORDINATION_DEMO_TOPIC", DEMO_TOPIC))
+    args = parser.parse_args(argv)
+    wanted = specs(args.partitions, args.replication_factor, args.segment_ms, demo=args.demo,
+                   state_topic=args.state_topic, events_topic=args.events_topic,
+                   demo_topic=args.demo_topic)
+    try:
+        report = asyncio.run(ensure(args.bootstrap_servers, wanted))
+    except TopicMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (TimeoutError, KafkaError, OSError) as exc:
+        print(f"error: cannot reach {args.bootstrap_servers}: {exc!r}", file=sys.stderr)
+        return 2
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

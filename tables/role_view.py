@@ -1,0 +1,117 @@
+"""The JSON shapes of DESIGN §6 for one role, from table values or a `RoleState`.
+
+`summary` is one row of ``GET /roles/``; `detail` is ``GET /roles/{role}/``.
+Both take the instant of the read, because status is computed on read. The
+Faust views and the CLI commands render through here, so the table path and
+the log path (`coordination.describe_role_state`) answer in one shape.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from coordination import RoleState
+from tables.partition_state import PartitionValue
+from tables.role_state import MAX_ERRORS, RoleValue, Status
+
+__all__ = ["Skips", "detail", "merged_state", "skips_of_state", "skips_of_values", "summary"]
+
+
+class Skips:
+    """What a role reports as skipped: a full count and the recent reasons."""
+
+    def __init__(self, count: int, recent: list[tuple[int, str]], misplaced: int) -> None:
+        self.count = count
+        self.recent = recent
+        self.misplaced = misplaced
+
+    @property
+    def last_error(self) -> dict[str, Any] | None:
+        """The latest skipped record as ``{"offset", "reason"}``."""
+        if not self.recent:
+            return None
+        offset, reason = self.recent[-1]
+        return {"offset": offset, "reason": reason}
+
+
+def merged_state(value: RoleValue, partition: PartitionValue | None) -> RoleState:
+    """The library's `RoleState` for a role's table value.
+
+    Its errors are the recent ones (own malformed records merged by offset
+    with the partition's undecodable keys), `misplaced` the partition's count.
+    """
+    lease = value.lease
+    key_errors = [] if partition is None else partition.key_errors
+    return RoleState(
+        role=value.role,
+        entries=list(value.roster),
+        lease=None if lease is None else lease.to_lease(),
+        tenure=value.tenure,
+        errors=list(heapq.merge(value.errors, key_errors))[-MAX_ERRORS:],
+        cleared_member=value.cleared_member,
+        vacant_since=value.vacant_since,
+        lease_offset=value.lease_offset,
+        misplaced=0 if partition is None else partition.misplaced,
+    )
+
+
+def skips_of_values(value: RoleValue, partition: PartitionValue | None) -> Skips:
+    """Skipped records as the table counts them (counts are complete, reasons recent)."""
+    if partition is None:
+        return Skips(value.skipped, list(value.errors), 0)
+    recent = list(heapq.merge(value.errors, partition.key_errors, partition.misplaced_errors))
+    return Skips(value.skipped + partition.undecodable + partition.misplaced,
+                 recent[-MAX_ERRORS:], partition.misplaced)
+
+
+def skips_of_state(state: RoleState) -> Skips:
+    """Skipped records of a `RoleState` read from the log (misplaced ones have no reason)."""
+    return Skips(len(state.errors) + state.misplaced, list(state.errors), state.misplaced)
+
+
+def status_of(state: RoleState, now_ms: int) -> Status:
+    """held / lapsed / vacant at `now_ms`."""
+    if state.lease is None:
+        return "vacant"
+    return "held" if now_ms < state.lease.deadline else "lapsed"
+
+
+def summary(state: RoleState, now_ms: int) -> dict[str, Any]:
+    """``{"role", "holder", "token", "deadline", "status", "members"}``."""
+    lease = state.lease
+    return {
+        "role": state.role,
+        "holder": None if lease is None else lease.member,
+        "token": None if lease is None else {"producer_id": lease.producer_id,
+                                              "producer_epoch": lease.producer_epoch},
+        "deadline": None if lease is None else lease.deadline,
+        "status": status_of(state, now_ms),
+        "members": len(state.entries),
+    }
+
+
+def detail(state: RoleState, skips: Skips, partition: int, now_ms: int) -> dict[str, Any]:
+    """The summary plus roster, lease, skipped count and last error."""
+    lease = state.lease
+    return {
+        **summary(state, now_ms),
+        "partition": partition,
+        "roster": [
+            {"member": e.member, "rank": rank, "offset": e.offset,
+             "registered_at": e.registered_at}
+            for rank, e in enumerate(state.entries)
+        ],
+        "lease": None if lease is None else {
+            "member": lease.member,
+            "token": {"producer_id": lease.producer_id, "producer_epoch": lease.producer_epoch},
+            "tenure": state.tenure,
+            "granted_at": lease.granted_at,
+            "deadline": lease.deadline,
+        },
+        "skipped": skips.count,
+        "misplaced": skips.misplaced,
+        "last_error": skips.last_error,
+        "errors": [{"offset": o, "reason": r} for o, r in skips.recent],
+        "now": now_ms,
+    }

@@ -1,0 +1,55 @@
+"""Worker settings from the environment: documented defaults, member ids, bad values."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+
+
+def test_the_defaults():
+    settings = Settings.from_env({})
+    assert settings.bootstrap_servers == "127.0.0.1:9092"
+    assert settings.partitions == 16
+    assert (settings.lease_duration, settings.renew_interval, settings.challenge_stagger) == (
+        30.0, 10.0, 5.0)
+    assert settings.web_port == 6066
+    assert settings.commit_interval <= 0.5  # events become visible at commit
+    assert settings.member() == f"{socket.gethostname()}:6066"
+    assert settings.datadir == Path("data") / "worker-6066"
+    assert settings.demo is False
+
+
+def test_every_variable_is_read():
+    settings = Settings.from_env({
+        "KAFKA_BOOTSTRAP_SERVERS": "k:1", "COORDINATION_PARTITIONS": "8",
+        "COORDINATION_LEASE_DURATION": "12", "COORDINATION_RENEW_INTERVAL": "3",
+        "COORDINATION_CHALLENGE_STAGGER": "1.5", "COORDINATION_MEMBER_ID": "pod-0",
+        "COORDINATION_WEB_PORT": "7000", "COORDINATION_WEB_HOST": "pod-0.svc",
+        "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
+    })
+    assert settings.bootstrap_servers == "k:1"
+    assert settings.partitions == 8
+    assert settings.member() == "pod-0"
+    assert settings.canonical_url == "http://pod-0.svc:7000"
+    assert settings.datadir == Path("/data")
+    assert settings.demo is True
+
+
+def test_the_member_id_follows_the_port_the_worker_serves_on():
+    assert Settings.from_env({}).member(6070) == f"{socket.gethostname()}:6070"
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"COORDINATION_PARTITIONS": "many"}, "not an integer"),
+    ({"COORDINATION_LEASE_DURATION": "soon"}, "not a number"),
+    ({"COORDINATION_PARTITIONS": "0"}, "partitions must be at least 1"),
+    ({"COORDINATION_RENEW_INTERVAL": "29"}, "renew_interval"),
+    ({"COORDINATION_WEB_PORT": "70000"}, "out of range"),
+])
+def test_impossible_settings_fail_at_start_up(env, message):
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env(env)
