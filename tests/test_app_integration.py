@@ -318,12 +318,12 @@ async def _produce(bootstrap: str, topic: str, partition: int,
         await producer.stop()
 
 
-# --- the events snippet of docs/events.md ------------------------------------------------
+# --- the events snippet of the README ----------------------------------------------------
 
 
-def test_the_subscriber_snippet_in_the_docs_prints_the_events(group, tmp_path):
-    text = (ROOT / "docs" / "events.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", text, re.S)
+def test_the_subscriber_snippet_in_the_readme_prints_the_events(group, tmp_path):
+    text = (ROOT / "README.md").read_text()
+    snippet = re.search(r"```python\n(# Follow leadership changes.*?)```", text, re.S)
     assert snippet is not None
     script = tmp_path / "follow_events.py"
     script.write_text(snippet.group(1))
