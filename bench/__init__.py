@@ -1,4 +1,18 @@
-"""Benchmarks side by side with etcd and ZooKeeper elections.
+"""Benchmarks of krabka-coordination side by side with etcd and ZooKeeper elections.
 
-Not built yet; see the benchmarks issue.
+``python -m bench FIGURE... [--quick] [--trials N] [--json PATH] [--plots DIR]``
+starts its own Kafka broker (``deploy/kafka/kafka.py``), etcd and ZooKeeper on
+loopback in a temporary folder (peers from the Debian packages ``etcd-server``
+and ``zookeeper``; skipped, loudly, when absent), runs the figures with the
+same lease / TTL / session timeout for every system (3 s, renew 1 s, stagger
+0.5 s), alternating systems trial by trial, prints a table with the ratio
+ours/peer and stops every process it started by PID, also on failure.
+
+Modules: `cli` (entry point), `context` (shared run state and workers),
+`figures` (codec, authority-check, graceful-handover, crash-failover and
+deadline-overshoot, zombie-writes), `scale` + `scale_worker` (roles-scale),
+`fold` (fold-throughput), `worker` (one candidate process of any system),
+`peers` (the etcd and ZooKeeper election recipes), `services` (the servers),
+`procs` (child processes), `stats` (summaries, JSON, table), `plots` (PNG).
+Results and how to read them: ``docs/benchmarks.md``.
 """

@@ -1,0 +1,219 @@
+"""``python -m bench FIGURE... [--quick] [--trials N] [--json PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench import procs
+from bench.context import SYSTEMS, Bench, Timing
+from bench.services import (
+    Etcd,
+    Kafka,
+    Ports,
+    ZooKeeper,
+    etcd_missing,
+    etcd_version,
+    zookeeper_missing,
+    zookeeper_version,
+)
+from bench.stats import table
+
+# Figures in the issue's priority order; `all` runs them in this order.
+# roles-scale runs last: at its largest N it may exhaust the broker's resources.
+FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
+           "fold-throughput", "roles-scale")
+# Which servers each figure needs.
+NEEDS_KAFKA = {"authority-check", "graceful-handover", "crash-failover", "zombie-writes",
+               "roles-scale", "fold-throughput"}
+WITH_PEERS = {"authority-check", "graceful-handover", "crash-failover", "zombie-writes"}
+
+
+def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
+    from bench import figures, fold, scale
+
+    return {
+        "codec": figures.codec,
+        "authority-check": figures.authority_check,
+        "graceful-handover": figures.graceful_handover,
+        "crash-failover": figures.crash_failover,
+        "zombie-writes": figures.zombie_writes,
+        "roles-scale": scale.roles_scale,
+        "fold-throughput": fold.fold_throughput,
+    }[name]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="krabka-coordination side by side with etcd and ZooKeeper elections.")
+    p.add_argument("figures", nargs="+", choices=(*FIGURES, "all"), metavar="FIGURE",
+                   help=f"one or more of: {', '.join(FIGURES)}, or all")
+    p.add_argument("--quick", action="store_true",
+                   help="few trials and small sizes (all --quick: under 10 minutes)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="trials per figure and system (default 30; 3 with --quick)")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="comma-separated subset of krabka,etcd,zookeeper")
+    p.add_argument("--bootstrap-servers", default=None,
+                   help="use this Kafka instead of starting one (e.g. the test suite's)")
+    p.add_argument("--kafka-port", type=int, default=Ports.kafka)
+    p.add_argument("--etcd-port", type=int, default=Ports.etcd)
+    p.add_argument("--etcd-peer-port", type=int, default=Ports.etcd_peer)
+    p.add_argument("--zookeeper-port", type=int, default=Ports.zookeeper)
+    p.add_argument("--lease", type=float, default=3.0)
+    p.add_argument("--renew", type=float, default=1.0)
+    p.add_argument("--stagger", type=float, default=0.5)
+    p.add_argument("--write-interval", type=float, default=0.1,
+                   help="seconds between a leader's writes to the output topic")
+    p.add_argument("--tail-wait-ms", type=int, default=200,
+                   help="KafkaTransport tail_wait_ms of the krabka candidates")
+    p.add_argument("--scale-roles", default=None,
+                   help="comma-separated N for roles-scale (default 100,1000,2000,4000,8000; "
+                        "--quick 100,1000)")
+    p.add_argument("--scale-hold", type=float, default=None,
+                   help="seconds each roles-scale N is held (default 40; --quick 12)")
+    p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
+    p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
+    return p
+
+
+def machine() -> dict[str, str]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(int(line.split()[1]) for line in
+                       Path("/proc/meminfo").read_text().splitlines()
+                       if line.startswith("MemTotal"))
+        memory = f"{mem_kib / 1024 / 1024:.1f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = "?"
+    return {"nproc": str(os.cpu_count()), "memory": memory, "cpu": model,
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+async def run(args: argparse.Namespace, folder: Path) -> Bench:
+    wanted = [f for f in FIGURES if f in args.figures or "all" in args.figures]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown systems {sorted(unknown)}")
+    trials = args.trials or (3 if args.quick else 30)
+    bench = Bench(folder, trials, args.quick, Timing(args.lease, args.renew, args.stagger),
+                  systems=[])
+    bench.write_interval = args.write_interval
+    bench.tail_wait_ms = args.tail_wait_ms
+    bench.scale_roles = ([int(n) for n in args.scale_roles.split(",")] if args.scale_roles
+                         else [100, 1000] if args.quick else [100, 1000, 2000, 4000, 8000])
+    bench.scale_hold = args.scale_hold or (12.0 if args.quick else 40.0)
+    import aiokafka
+
+    bench.versions = {"kafka": "4.4.0", "aiokafka": aiokafka.__version__,
+                      "python": platform.python_version()}
+    needs_kafka = bool(NEEDS_KAFKA & set(wanted))
+    needs_peers = bool(WITH_PEERS & set(wanted))
+    servers: list[Kafka | Etcd | ZooKeeper] = []
+    try:
+        if "krabka" in systems:
+            bench.systems.append("krabka")
+        if needs_kafka:
+            if args.bootstrap_servers:
+                bench.bootstrap = args.bootstrap_servers
+                print(f"bench: using Kafka at {bench.bootstrap}", flush=True)
+            else:
+                kafka = Kafka(folder / "kafka", args.kafka_port)
+                servers.append(kafka)
+                print(f"bench: starting Kafka on 127.0.0.1:{args.kafka_port} ...", flush=True)
+                bench.bootstrap = kafka.start()
+                bench.kafka_pids = kafka.pids()
+            await bench.create_topic(bench.state_topic, bench.partitions, compact=True)
+        for peer, missing, start in (
+            ("etcd", etcd_missing, lambda: Etcd(folder / "etcd", args.etcd_port,
+                                                args.etcd_peer_port)),
+            ("zookeeper", zookeeper_missing, lambda: ZooKeeper(folder / "zookeeper",
+                                                              args.zookeeper_port)),
+        ):
+            if peer not in systems or not needs_peers:
+                continue
+            reason = missing()
+            if reason is not None:
+                bench.skipped[peer] = reason
+                print(f"bench: SKIPPING {peer}: {reason}", file=sys.stderr, flush=True)
+                continue
+            server = start()
+            servers.append(server)
+            print(f"bench: starting {peer} ...", flush=True)
+            endpoint = server.start()
+            if peer == "etcd":
+                bench.etcd = endpoint
+                bench.versions["etcd"] = etcd_version()
+            else:
+                bench.zookeeper = endpoint
+                bench.versions["zookeeper"] = zookeeper_version()
+            bench.systems.append(peer)
+        for name in wanted:
+            print(f"bench: figure {name} ({bench.trials} trials; systems "
+                  f"{','.join(bench.systems)})", flush=True)
+            started = time.monotonic()
+            await figure_runner(name)(bench)
+            print(f"bench: figure {name} took {time.monotonic() - started:.0f} s", flush=True)
+    finally:
+        procs.stop_all()
+        for server in reversed(servers):
+            server.stop()
+    return bench
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    folder = Path(tempfile.mkdtemp(prefix="krabka-bench-"))
+    atexit.register(procs.stop_all)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    try:
+        bench = asyncio.run(run(args, folder))
+    finally:
+        procs.stop_all()
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"bench: kept {folder}", file=sys.stderr)
+    elapsed = time.monotonic() - started
+    print()
+    print(table(bench.results))
+    if bench.skipped:
+        print()
+        for peer, reason in bench.skipped.items():
+            print(f"!!! {peer} was NOT measured: {reason}")
+    if args.json is not None:
+        document = [r.to_json() for r in bench.results]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        meta = args.json.with_suffix(".meta.json")
+        meta.write_text(json.dumps({
+            "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "machine": machine(), "skipped": bench.skipped, "seconds": round(elapsed),
+            "trials": bench.trials, "versions": bench.versions}, indent=1) + "\n")
+        print(f"bench: wrote {args.json} and {meta}")
+    if args.plots is not None:
+        from bench.plots import plot_all
+
+        for path in plot_all([r.to_json() for r in bench.results], args.plots):
+            print(f"bench: plot {path}")
+    print(f"bench: {elapsed:.0f} s")
+    return 0

@@ -1,0 +1,164 @@
+"""What every figure shares: the servers, the systems that can run, topics, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import procs
+from bench.stats import Result
+
+SYSTEMS = ("krabka", "etcd", "zookeeper")
+
+
+@dataclass
+class Timing:
+    lease: float = 3.0
+    renew: float = 1.0
+    stagger: float = 0.5
+
+
+@dataclass
+class Bench:
+    """One invocation: its folder, servers, options and collected results."""
+
+    folder: Path
+    trials: int
+    quick: bool
+    timing: Timing
+    systems: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)
+    bootstrap: str = ""
+    etcd: str = ""
+    zookeeper: str = ""
+    partitions: int = 4
+    state_topic: str = ""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    results: list[Result] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    write_interval: float = 0.1
+    tail_wait_ms: int = 200
+    scale_roles: list[int] = field(default_factory=lambda: [100, 1000])
+    scale_hold: float = 40.0
+    scale_limit: str = ""
+    kafka_pids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.state_topic = f"bench-state-{self.run_id}"
+        (self.folder / "logs").mkdir(parents=True, exist_ok=True)
+
+    def config(self, **more: Any) -> dict[str, Any]:
+        """The configuration recorded with each result."""
+        return {"lease_s": self.timing.lease, "renew_s": self.timing.renew,
+                "stagger_s": self.timing.stagger, "trials": self.trials, "quick": self.quick,
+                "versions": self.versions, **more}
+
+    def active(self, wanted: tuple[str, ...] = SYSTEMS) -> list[str]:
+        return [s for s in self.systems if s in wanted]
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        j = result.to_json(with_samples=False)
+        label = result.figure if result.metric is None else f"{result.figure}:{result.metric}"
+        p50 = "-" if j["p50"] is None else f"{j['p50']:.4g}"
+        print(f"  {label:<34} {result.system:<10} n={j['n']:<4} p50={p50} {result.unit}"
+              + (f"  ({result.skipped})" if result.skipped else ""), flush=True)
+
+    def skip_result(self, figure: str, system: str, unit: str, reason: str,
+                    metric: str | None = None) -> None:
+        self.add(Result(figure, system, unit, [], self.config(), metric=metric,
+                        skipped=reason))
+
+    def role(self, figure: str, trial: int | str) -> str:
+        return f"bench.{figure}.{self.run_id}.{trial}"
+
+    # Workers.
+
+    def worker(self, system: str, role: str, member: str, output: str,
+               interval: float | None = None) -> procs.Child:
+        t = self.timing
+        args = ["--system", system, "--role", role, "--member", member,
+                "--bootstrap-servers", self.bootstrap, "--state-topic", self.state_topic,
+                "--partitions", str(self.partitions), "--output", output,
+                "--lease", str(t.lease), "--renew", str(t.renew), "--stagger", str(t.stagger),
+                "--interval", str(self.write_interval if interval is None else interval),
+                "--tail-wait-ms", str(self.tail_wait_ms),
+                "--etcd", self.etcd or "-", "--zookeeper", self.zookeeper or "-"]
+        log = self.folder / "logs" / f"{role}.{member}.{system}.log"
+        return procs.python("bench.worker", *args, name=f"{system}:{role}:{member}", log=log)
+
+    async def pair(self, system: str, role: str, output: str, interval: float | None = None,
+                   members: tuple[str, str] = ("a", "b")) -> tuple[procs.Child, procs.Child]:
+        """A leader (leading and writing) and one registered standby."""
+        leader = self.worker(system, role, members[0], output, interval)
+        await wait(leader, "wrote", 60)
+        standby = self.worker(system, role, members[1], output, interval)
+        await wait(standby, "registered", 60)
+        return leader, standby
+
+    # Topics.
+
+    async def create_topic(self, name: str, partitions: int, *, compact: bool = False,
+                           log_append_time: bool = False) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.errors import TopicAlreadyExistsError
+
+        configs: dict[str, str] = {}
+        if compact:
+            configs.update({"cleanup.policy": "compact", "segment.ms": "600000"})
+        if log_append_time:
+            configs["message.timestamp.type"] = "LogAppendTime"
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+        finally:
+            await admin.close()
+
+
+async def wait(child: procs.Child, event: str, seconds: float, **match: Any) -> dict[str, Any]:
+    """`child.wait_for` off the event loop (bounded by `seconds`)."""
+    return await asyncio.to_thread(child.wait_for, event, seconds, **match)
+
+
+async def stop(*children: procs.Child) -> None:
+    def stop_all() -> None:
+        for child in children:
+            child.stop(timeout=8)
+            procs.forget(child)
+    await asyncio.to_thread(stop_all)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+async def read_output(bootstrap: str, topic: str) -> list[tuple[int, dict[str, Any]]]:
+    """Every committed record of partition 0 of `topic`: (append time ms, JSON value)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out = []
+        deadline = time.monotonic() + 30
+        while await consumer.position(tp) < end and time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            for record in batch.get(tp, []):
+                with contextlib.suppress(ValueError):
+                    out.append((record.timestamp, json.loads(record.value)))
+        return out
+    finally:
+        await consumer.stop()

@@ -1,0 +1,184 @@
+"""fold-throughput: state records folded per second vs a raw consume-and-decode loop.
+
+A 16-partition copy of the state topic is filled with registrations, leases
+and renewals of many roles. Each trial reads it all from the start with one
+read_committed aiokafka consumer:
+
+- ``aiokafka-raw`` (the ceiling for our stack): decode each record's key and
+  value with the library's decoders, nothing else;
+- ``krabka``: the worker application's own per-record step,
+  ``agents.fold.apply_record`` (route, fold, the table value codec, events),
+  with in-memory dicts for the tables and a counting stand-in for the events
+  topic.
+
+What this does not include: the Faust runtime around the agent (stream
+buffering, RocksDB writes, changelog and event produce, exactly-once
+commits). Measuring a whole worker is the plan in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from bench.context import Bench
+from bench.stats import Result
+
+PARTITIONS = 16
+MEMBERS = ("worker-1.example:6066", "worker-2.example:6066")
+
+
+async def _fill(bench: Bench, topic: str, records: int) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    from coordination import (
+        Lease,
+        Registration,
+        encode_key,
+        encode_lease,
+        encode_registration,
+        lease_key,
+        registration_key,
+        role_partition,
+    )
+
+    producer = AIOKafkaProducer(bootstrap_servers=bench.bootstrap, acks="all", linger_ms=20,
+                                max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        now = int(time.time() * 1000)
+        roles = max(1, records // 20)
+        sent = 0
+        pending = []
+        for i in range(roles):
+            role = f"acme.fold-{i:06d}"
+            partition = role_partition(role, PARTITIONS)
+            batch: list[tuple[bytes, bytes | None]] = [
+                (encode_key(registration_key(role, m)), encode_registration(Registration(m, now)))
+                for m in MEMBERS]
+            key = encode_key(lease_key(role))
+            for r in range(18):
+                holder = MEMBERS[r // 9]
+                batch.append((key, encode_lease(Lease(holder, 5000 + i, r // 9, now + r * 1000,
+                                                      now + r * 1000 + 3000))))
+            for k, v in batch:
+                pending.append(await producer.send(topic, v, key=k, partition=partition))
+                sent += 1
+            if len(pending) > 5000:
+                for future in pending:
+                    await future
+                pending.clear()
+        for future in pending:
+            await future
+        return sent
+    finally:
+        await producer.stop()
+
+
+class _Metrics:
+    def skip(self, *args: Any) -> None:
+        pass
+
+    def event(self, *args: Any) -> None:
+        pass
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def send(self, **kwargs: Any) -> None:
+        self.sent += 1
+
+
+async def _consume(bench: Bench, topic: str, handle: Any) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bench.bootstrap,
+                                isolation_level="read_committed", enable_auto_commit=False,
+                                group_id=None, max_partition_fetch_bytes=4 * 2**20,
+                                fetch_max_bytes=32 * 2**20)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        count = 0
+        while remaining:
+            batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
+            for tp, messages in batch.items():
+                for message in messages:
+                    await handle(message)
+                count += len(messages)
+                if messages and messages[-1].offset + 1 >= ends[tp]:
+                    remaining.discard(tp)
+        return count
+    finally:
+        await consumer.stop()
+
+
+async def fold_throughput(bench: Bench) -> None:
+    from coordination import (
+        Kind,
+        decode_key,
+        decode_lease,
+        decode_registration,
+    )
+
+    try:
+        from agents.fold import apply_record
+    except ImportError as exc:
+        for system in ("krabka", "aiokafka-raw"):
+            bench.skip_result("fold-throughput", system, "records/s",
+                              f"the worker application is not importable: {exc}")
+        return
+    records = 20_000 if bench.quick else 200_000
+    topic = f"bench-fold-{bench.run_id}"
+    await bench.create_topic(topic, PARTITIONS)
+    filled = await _fill(bench, topic, records)
+
+    async def raw(message: Any) -> None:
+        key = decode_key(message.key)
+        if message.value:
+            if key.kind == Kind.LEASE:
+                decode_lease(message.value)
+            else:
+                decode_registration(message.value)
+
+    rates: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+    events = _Events()
+    trials = max(3, min(bench.trials, 10))
+    for i in range(trials):
+        order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
+        for system in order:
+            if system == "krabka":
+                ctx = SimpleNamespace(
+                    tables=SimpleNamespace(role_state={}, partition_state={}),
+                    partitions=PARTITIONS, metrics=_Metrics(), events_topic=events)
+
+                async def fold(message: Any, ctx: Any = ctx) -> None:
+                    await apply_record(ctx, SimpleNamespace(
+                        partition=message.partition, offset=message.offset, key=message.key,
+                        value=message.value, timestamp=message.timestamp / 1000))
+                handler = fold
+            else:
+                handler = raw
+            started = time.perf_counter()
+            count = await _consume(bench, topic, handler)
+            rates[system].append(count / (time.perf_counter() - started))
+            print(f"  [fold-throughput] {system} trial {i + 1}/{trials}: {count} records",
+                  flush=True)
+    for system, samples in rates.items():
+        bench.add(Result(
+            "fold-throughput", system, "records/s", samples,
+            bench.config(records=filled, partitions=PARTITIONS, trials_run=trials,
+                         roles=max(1, records // 20),
+                         what=("agents.fold.apply_record per record with dict tables "
+                               "(no Faust runtime, RocksDB, changelog or commits)"
+                               if system == "krabka" else
+                               "read_committed consume + decode_key/decode_* per record")),
+            higher_is_better=True))

@@ -1,0 +1,175 @@
+"""Where the time of a graceful handover and of an authority check goes.
+
+    python -m bench.profile --bootstrap-servers HOST:PORT [--trials 10] [--pyinstrument DIR]
+
+Handover: two `KafkaTransport`s in one process (leader A, standby B, one role,
+lease 3 s, renew 1 s, stagger 0.5 s); B's transport methods are wrapped to
+time-stamp each stage of its take-over after A calls ``resign()``: when B's
+tail delivered the tombstone, B's re-read of the partition, InitProducerId
+(the new transactional producer's start), the first lease record's
+transaction and the first guarded write's transaction. Prints the median of
+each stage. Authority: `describe_leadership` calls, optionally under
+pyinstrument (HTML into DIR). Not part of ``python -m bench``: a tool for the
+explanations in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coordination import acquire_leadership, describe_leadership
+from coordination.kafka import KafkaTransport
+
+
+def _ms() -> float:
+    return time.perf_counter() * 1000
+
+
+def _wrap(obj: Any, name: str, marks: list[tuple[str, float, float]]) -> None:
+    original: Callable[..., Any] = getattr(obj, name)
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = _ms()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            marks.append((name, started, _ms()))
+
+    setattr(obj, name, timed)
+
+
+async def _create(bootstrap: str, topic: str, output: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([
+            NewTopic(topic, 4, 1, topic_configs={"cleanup.policy": "compact"}),
+            NewTopic(output, 1, 1)])
+    finally:
+        await admin.close()
+
+
+async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
+                   client_options: dict[str, Any]) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
+    await _create(bootstrap, topic, output)
+    stages: dict[str, list[float]] = {}
+    for trial in range(trials):
+        role = f"profile.{suffix}.{trial}"
+        async with KafkaTransport(bootstrap, topic=topic, tail_wait_ms=tail_wait_ms,
+                                  **client_options) as ta, \
+                KafkaTransport(bootstrap, topic=topic, tail_wait_ms=tail_wait_ms,
+                               **client_options) as tb:
+            options = dict(partitions=4, lease_duration=3.0, renew_interval=1.0,
+                           challenge_stagger=0.5)
+            a = await acquire_leadership(ta, role, "a", **options)
+            b_task = asyncio.ensure_future(acquire_leadership(tb, role, "b", **options))
+            await asyncio.sleep(0.5)  # b registers and tails
+            marks: list[tuple[str, float, float]] = []
+            for name in ("read_partition", "check_topic", "acquire_epoch", "write_lease",
+                         "begin_transaction"):
+                _wrap(tb, name, marks)
+            a_marks: list[tuple[str, float, float]] = []
+            for name in ("write_lease", "acquire_epoch", "release", "append"):
+                _wrap(ta, name, a_marks)
+            t0 = _ms()
+            await a.resign()
+            t_resigned = _ms()
+            b = await b_task
+            t_leading = _ms()
+            async with b.transaction() as txn:
+                await txn.send(output, b"x", partition=0)
+            t_wrote = _ms()
+            rows = {"A resign() returned": t_resigned - t0,
+                    "B leading": t_leading - t0, "B first write committed": t_wrote - t0}
+            for name, _start, end in a_marks:
+                rows.setdefault(f"A {name} (end)", end - t0)
+            firsts: dict[str, tuple[float, float]] = {}
+            for name, start, end in marks:
+                firsts.setdefault(name, (start, end))
+            for name, (start, end) in firsts.items():
+                rows[f"B {name} start"] = start - t0
+                rows[f"B {name} took"] = end - start
+            for key, value in rows.items():
+                stages.setdefault(key, []).append(value)
+            await b.resign()
+    print(f"graceful handover, {trials} trials, tail_wait_ms={tail_wait_ms}, "
+          f"client options {client_options}; "
+          "ms after A calls resign() (median, min, max):")
+    for key, values in sorted(stages.items(), key=lambda kv: statistics.median(kv[1])):
+        print(f"  {key:<34} {statistics.median(values):8.1f} {min(values):8.1f} "
+              f"{max(values):8.1f}")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+async def authority(bootstrap: str, calls: int, html: Path | None) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
+    await _create(bootstrap, topic, output)
+    async with KafkaTransport(bootstrap, topic=topic) as transport:
+        leadership = await acquire_leadership(transport, f"profile.{suffix}", "a",
+                                              partitions=4, lease_duration=3.0,
+                                              renew_interval=1.0, challenge_stagger=0.5)
+        for _ in range(50):
+            await describe_leadership(transport, leadership.role)
+        profiler = None
+        if html is not None:
+            from pyinstrument import Profiler
+
+            profiler = Profiler(interval=0.0001, async_mode="enabled")
+            profiler.start()
+        samples = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            await describe_leadership(transport, leadership.role)
+            samples.append((time.perf_counter() - started) * 1000)
+        if profiler is not None and html is not None:
+            profiler.stop()
+            await asyncio.to_thread(_write, html / "authority.html", profiler.output_html())
+            print(profiler.output_text(unicode=False, color=False, show_all=False)[:6000])
+        samples.sort()
+        print(f"describe_leadership x{calls}: p50 {statistics.median(samples):.3f} ms, "
+              f"min {samples[0]:.3f}, p90 {samples[int(len(samples) * 0.9)]:.3f}")
+        await leadership.resign()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--tail-wait-ms", type=int, default=200)
+    p.add_argument("--pyinstrument", type=Path, default=None)
+    p.add_argument("--retry-backoff-ms", type=int, default=None,
+                   help="aiokafka retry_backoff_ms for every client (default: aiokafka's 100)")
+    p.add_argument("what", nargs="*", default=["handover", "authority"])
+    args = p.parse_args()
+
+    async def run() -> None:
+        if "handover" in args.what:
+            options = ({} if args.retry_backoff_ms is None
+                       else {"retry_backoff_ms": args.retry_backoff_ms})
+            await handover(args.bootstrap_servers, args.trials, args.tail_wait_ms, options)
+        if "authority" in args.what:
+            await authority(args.bootstrap_servers, args.calls, args.pyinstrument)
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""One worker process holding N roles (the roles-scale figure).
+
+    python -m bench.scale_worker --bootstrap-servers B --state-topic T --roles N ...
+
+Raises its RLIMIT_NOFILE soft limit to the hard limit, opens one
+`KafkaTransport` (one transactional producer per held role; the registration
+producer, the tail consumer, the reader and the admin client are shared),
+acquires N roles (``--concurrency`` at a time), then holds them for
+``--hold`` seconds while they renew, timing every renewal. JSON lines:
+``baseline`` (transport started, nothing held), ``progress``, ``acquired``,
+``holding``, ``renewals`` (latency and lateness samples, roles still held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+from coordination import Leadership, acquire_leadership, decode_lease
+from coordination.kafka import KafkaTransport
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time() * 1000, **fields}), flush=True)
+
+
+async def run(args: argparse.Namespace) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    async with KafkaTransport(args.bootstrap_servers, topic=args.state_topic) as transport:
+        await transport.check_topic(args.partitions, args.lease)
+        holding = False
+        latencies: list[float] = []
+        lateness: list[float] = []
+        granted: dict[bytes, int] = {}
+        renew_ms = round(args.renew * 1000)
+        original = transport.write_lease
+
+        async def timed_write_lease(partition: int, key: bytes, value: bytes | None) -> int:
+            started = time.perf_counter()
+            offset = await original(partition, key, value)
+            if value is not None:
+                at = decode_lease(value).granted_at
+                previous = granted.get(key)
+                granted[key] = at
+                if holding:
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    if previous is not None:
+                        lateness.append(float(at - previous - renew_ms))
+            return offset
+
+        transport.write_lease = timed_write_lease  # type: ignore[method-assign]
+        emit("baseline", nofile=[soft, hard])
+        await asyncio.sleep(1.0)
+        gate = asyncio.Semaphore(args.concurrency)
+        held: list[Leadership] = []
+        failures: list[str] = []
+        started = time.monotonic()
+
+        async def take(i: int) -> None:
+            async with gate:
+                try:
+                    held.append(await acquire_leadership(
+                        transport, f"{args.prefix}.{i:05d}", args.member,
+                        partitions=args.partitions, lease_duration=args.lease,
+                        renew_interval=args.renew, challenge_stagger=args.stagger))
+                except Exception as exc:
+                    failures.append(repr(exc)[:300])
+                done = len(held) + len(failures)
+                if done % max(1, args.roles // 10) == 0:
+                    emit("progress", done=done, held=len(held), failed=len(failures),
+                         seconds=time.monotonic() - started)
+
+        await asyncio.gather(*(take(i) for i in range(args.roles)))
+        emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
+             seconds=time.monotonic() - started)
+        holding = True
+        emit("holding")
+        await asyncio.sleep(args.hold)
+        holding = False
+        alive = sum(1 for leadership in held if not leadership.done.done())
+        errors = [repr(leadership.err)[:200] for leadership in held
+                  if leadership.done.done()][:5]
+        emit("renewals", latency_ms=latencies, lateness_ms=lateness, alive=alive,
+             ended=len(held) - alive, errors=errors)
+        await asyncio.sleep(3600)  # the orchestrator stops this process by PID
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--state-topic", required=True)
+    p.add_argument("--partitions", type=int, default=16)
+    p.add_argument("--roles", type=int, required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--member", default="scale-worker")
+    p.add_argument("--lease", type=float, default=30.0)
+    p.add_argument("--renew", type=float, default=10.0)
+    p.add_argument("--stagger", type=float, default=5.0)
+    p.add_argument("--hold", type=float, default=40.0)
+    p.add_argument("--concurrency", type=int, default=64)
+    asyncio.run(run(p.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""One candidate process of a benchmark: krabka, etcd or ZooKeeper.
+
+    python -m bench.worker --system krabka --role R --member M --bootstrap-servers B ...
+
+Prints one JSON object a line, each with ``t`` (wall clock, float epoch ms,
+the same clock the orchestrator and the other workers read):
+
+    ready        clients are up, campaigning starts
+    registered   this candidate is in the queue (roster / create revision / node)
+    leading      it leads (krabka: the first lease record is committed)
+    wrote        a write to the output topic was acknowledged (``seq``); krabka:
+                 a guarded transaction committed; peers: a plain produce acked,
+                 sent only after the recipe's own leadership check passed
+    lost         it noticed the end of its leadership (``reason``)
+    resigning    SIGUSR1 arrived: it stops writing and resigns now
+    resigned     the resignation returned
+
+SIGUSR1 resigns and exits; SIGTERM exits (krabka resigns first). While
+leading it writes one record to ``--output`` every ``--interval`` seconds:
+JSON with system, member, seq.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time() * 1000, **fields}), flush=True)
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.resign = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.seq = 0
+
+    def record(self) -> bytes:
+        self.seq += 1
+        return json.dumps({"system": self.args.system, "member": self.args.member,
+                           "seq": self.seq}).encode()
+
+    async def pause(self) -> bool:
+        """Sleep one write interval; True if a resign or stop arrived meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._either(), self.args.interval)
+        return self.resign.is_set() or self.stop.is_set()
+
+    async def _either(self) -> None:
+        waits = [asyncio.ensure_future(self.resign.wait()),
+                 asyncio.ensure_future(self.stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+
+# --------------------------------------------------------------------------- krabka
+
+
+async def run_krabka(w: Worker) -> None:
+    from coordination import FencedError, acquire_leadership, describe_role_state
+    from coordination.kafka import KafkaTransport
+
+    a = w.args
+    async with KafkaTransport(a.bootstrap_servers, topic=a.state_topic,
+                              tail_wait_ms=a.tail_wait_ms) as transport:
+        emit("ready")
+        acquiring = asyncio.ensure_future(acquire_leadership(
+            transport, a.role, a.member, partitions=a.partitions, lease_duration=a.lease,
+            renew_interval=a.renew, challenge_stagger=a.stagger))
+        while not acquiring.done():
+            state = await describe_role_state(transport, a.role, a.partitions)
+            if a.member in state.roster:
+                break
+            await asyncio.wait([acquiring], timeout=0.02)
+        emit("registered")
+        stopping = asyncio.ensure_future(w.stop.wait())
+        await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not acquiring.done():
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            return
+        stopping.cancel()
+        leadership = acquiring.result()
+        emit("leading", producer_id=leadership.token.producer_id,
+             producer_epoch=leadership.token.producer_epoch, tenure=leadership.tenure,
+             deadline=leadership.lease.deadline)
+        try:
+            while True:
+                try:
+                    async with leadership.transaction() as txn:
+                        await txn.send(a.output, w.record(), key=a.member.encode(), partition=0)
+                except FencedError as exc:
+                    emit("lost", reason=str(exc), seq=w.seq)
+                    await leadership.resign(deregister=False)
+                    return
+                emit("wrote", seq=w.seq)
+                if await w.pause():
+                    break
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await leadership.resign(deregister=False)
+            raise
+        emit("resigning", seq=w.seq)
+        await leadership.resign()
+        emit("resigned")
+
+
+# --------------------------------------------------------------------------- peers
+
+
+async def plain_producer(bootstrap: str) -> Any:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, linger_ms=0)
+    await producer.start()
+    return producer
+
+
+async def lead_with_plain_writes(w: Worker, producer: Any, still_leader: Any) -> bool:
+    """Write while `still_leader()` holds; True when a resign was asked, False when lost."""
+    a = w.args
+    while True:
+        if not still_leader():
+            return False
+        await producer.send_and_wait(a.output, w.record(), key=a.member.encode(), partition=0)
+        emit("wrote", seq=w.seq)
+        if await w.pause():
+            return True
+
+
+async def run_etcd(w: Worker) -> None:
+    from bench.peers import EtcdElection
+
+    a = w.args
+    election = EtcdElection(a.etcd, f"/bench/{a.role}", ttl=a.lease, renew=a.renew)
+    producer = await plain_producer(a.bootstrap_servers)
+    stop_thread = threading.Event()
+    lost_task: asyncio.Task[None] | None = None
+    keeper: asyncio.Task[None] | None = None
+    try:
+        await asyncio.to_thread(election.open_session)
+        emit("ready")
+
+        async def keepalive() -> None:
+            while not election.done.is_set():
+                await asyncio.sleep(a.renew)
+                with contextlib.suppress(Exception):
+                    ttl = await asyncio.to_thread(election.keepalive_once)
+                    if ttl > 0:
+                        emit("renewed", ttl=ttl)
+
+        async def deadline_loop() -> None:
+            # clientv3's lease deadline loop: a 500 ms ticker, not an event.
+            while not election.deadline_passed():  # noqa: ASYNC110
+                await asyncio.sleep(0.5)
+
+        keeper = asyncio.ensure_future(asyncio.gather(keepalive(), deadline_loop()))
+        await asyncio.to_thread(election.register, a.member)
+        emit("registered", revision=election.revision)
+        campaign = asyncio.ensure_future(asyncio.to_thread(election.wait_leading, stop_thread))
+        stopping = asyncio.ensure_future(w.stop.wait())
+        await asyncio.wait([campaign, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not campaign.done() or not campaign.result():
+            stop_thread.set()
+            return
+        stopping.cancel()
+        emit("leading", revision=election.revision)
+
+        async def noticed() -> None:
+            await asyncio.to_thread(election.done.wait)
+            emit("lost", reason=election.reason, seq=w.seq)
+
+        lost_task = asyncio.ensure_future(noticed())
+        resigned = await lead_with_plain_writes(w, producer, lambda: not election.done.is_set())
+        if resigned:
+            emit("resigning", seq=w.seq)
+            await asyncio.to_thread(election.resign)
+            emit("resigned")
+        else:
+            await lost_task
+    finally:
+        stop_thread.set()
+        election.done.set()
+        for task in (lost_task, keeper):
+            if task is not None:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(election.close)
+        await producer.stop()
+
+
+async def run_zookeeper(w: Worker) -> None:
+    from bench.peers import ZkElection
+
+    a = w.args
+    loop = asyncio.get_running_loop()
+    lost = asyncio.Event()
+
+    def on_lost(reason: str) -> None:
+        loop.call_soon_threadsafe(lost.set)
+
+    election = ZkElection(a.zookeeper, f"/bench/{a.role}", a.lease, on_lost)
+    producer = await plain_producer(a.bootstrap_servers)
+    stop_thread = threading.Event()
+    try:
+        await asyncio.to_thread(election.start)
+        emit("ready")
+        await asyncio.to_thread(election.register, a.member)
+        emit("registered", node=election.node)
+        campaign = asyncio.ensure_future(asyncio.to_thread(election.wait_leading, stop_thread))
+        stopping = asyncio.ensure_future(w.stop.wait())
+        await asyncio.wait([campaign, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not campaign.done() or not campaign.result():
+            stop_thread.set()
+            return
+        stopping.cancel()
+        emit("leading", node=election.node)
+        resigned = await lead_with_plain_writes(w, producer, lambda: not election.lost.is_set())
+        if resigned:
+            emit("resigning", seq=w.seq)
+            await asyncio.to_thread(election.resign)
+            emit("resigned")
+        else:
+            await lost.wait()
+            emit("lost", reason=election.reason, seq=w.seq)
+    finally:
+        stop_thread.set()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(election.close)
+        await producer.stop()
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    w = Worker(args)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, w.resign.set)
+    loop.add_signal_handler(signal.SIGTERM, w.stop.set)
+    loop.add_signal_handler(signal.SIGINT, w.stop.set)
+    runner = {"krabka": run_krabka, "etcd": run_etcd, "zookeeper": run_zookeeper}[args.system]
+    await runner(w)
+    emit("exit")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--system", choices=("krabka", "etcd", "zookeeper"), required=True)
+    p.add_argument("--role", required=True)
+    p.add_argument("--member", required=True)
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--state-topic", default="__coordination_state")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--output", required=True)
+    p.add_argument("--lease", type=float, default=3.0)
+    p.add_argument("--renew", type=float, default=1.0)
+    p.add_argument("--stagger", type=float, default=0.5)
+    p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("--tail-wait-ms", type=int, default=200)
+    p.add_argument("--etcd", default="127.0.0.1:52379")
+    p.add_argument("--zookeeper", default="127.0.0.1:52181")
+    p.add_argument("--log-level", default="WARNING")
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
