@@ -61,16 +61,19 @@ class ClientOptions:
         self.bootstrap_servers = bootstrap_servers
         self._options = dict(options)
 
-    def for_class(self, cls: Any, **fixed: Any) -> dict[str, Any]:
-        """Keyword arguments for `cls`: the user's options it accepts, then `fixed`."""
+    def for_class(
+        self, cls: Any, defaults: Mapping[str, Any] | None = None, **fixed: Any
+    ) -> dict[str, Any]:
+        """Keyword arguments for `cls`: `defaults`, the user's options it accepts, `fixed`."""
         accepted = _accepted(cls)
-        kwargs = {k: v for k, v in self._options.items() if k in accepted}
+        kwargs = dict(defaults or {})
+        kwargs.update((k, v) for k, v in self._options.items() if k in accepted)
         kwargs.update(fixed)
         kwargs["bootstrap_servers"] = self.bootstrap_servers
         return kwargs
 
-    def producer(self, **fixed: Any) -> dict[str, Any]:
-        return self.for_class(AIOKafkaProducer, **fixed)
+    def producer(self, defaults: Mapping[str, Any] | None = None, **fixed: Any) -> dict[str, Any]:
+        return self.for_class(AIOKafkaProducer, defaults, **fixed)
 
     def consumer(self, **fixed: Any) -> dict[str, Any]:
         return self.for_class(AIOKafkaConsumer, **fixed)
