@@ -240,8 +240,36 @@ class _Candidate:
             return None
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
-        return Leadership(self.transport, self.role, self.member, self.partition, token,
-                          tenure, lease, self.options, self.clock)
+        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
+                                tenure, lease, self.options, self.clock)
+        await self._deregister_passed_over(state)
+        return leadership
+
+    async def _deregister_passed_over(self, state: RoleState) -> None:
+        """Remove the members ranked ahead of this one, whose slots passed unused,
+        and the holder whose lease lapsed.
+
+        A crashed member's registration would otherwise rank ahead of every
+        live standby forever, adding a stagger to each later failover. One
+        that is only slow finds itself unregistered and registers again at
+        the tail, which is where the no-failback rule puts it anyway.
+        """
+        rank = challenger_index(state, self.member)
+        holder = state.holder if state.lease is not None else state.cleared_member
+        passed = [name for name in state.roster if name not in (holder, self.member)][:rank]
+        if state.lease is not None and state.lease.member in state.roster:
+            # Its lease lapsed unrenewed. (A holder that resigned keeping its
+            # registration left a vacancy instead, and stays a candidate.)
+            passed.append(state.lease.member)
+        for member in passed:
+            try:
+                await self.transport.append(
+                    self.partition, encode_key(registration_key(self.role, member)), None
+                )
+            except Exception as exc:  # best effort: the tenure does not depend on it
+                log.warning("%s: could not deregister %s: %r", self.role, member, exc)
+                return
+            log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
 
     async def _stalled(self) -> bool:
         """Hold a challenge while an open transaction hides the partition's tail.

@@ -440,3 +440,44 @@ async def test_a_writer_cancelled_while_its_transaction_opens_leaves_none_open()
     assert leader.err is None
     state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
     assert state.lease is None
+
+
+async def test_a_new_leader_deregisters_the_lapsed_holder_and_members_whose_slots_passed():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    dead = cluster.candidate("b")
+    standby = cluster.candidate("c")
+    await cluster.settle()
+    dead.cancel()  # b crashed while waiting, its registration still ranked first
+    crash(leader)
+    await cluster.until(standby.done, within=LEASE + 2)
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
+    assert state.roster == ["c"]
+
+
+async def test_a_holder_that_resigned_keeping_its_registration_stays_a_candidate():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    standby = cluster.candidate("b")
+    await cluster.settle()
+    await leader.resign(deregister=False)
+    await cluster.until(standby.done, within=LEASE)
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
+    assert state.roster == ["a", "b"]
+
+
+async def test_a_passed_over_member_that_is_alive_registers_again_at_the_tail():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    slow = cluster.candidate("b")
+    standby = cluster.candidate("c")
+    await cluster.settle()
+    crash(leader)
+    await cluster.until(slow.done, within=LEASE + 2)
+    crash(slow.result())
+    await cluster.until(standby.done, within=LEASE + 2)
+    revived = cluster.candidate("b")
+    await cluster.advance(0.1)
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
+    assert state.roster[-1] == "b"
+    revived.cancel()
