@@ -419,7 +419,7 @@ class SlowBeginTransport(MemoryTransport):
 
     async def begin_transaction(self, role):
         txn = await super().begin_transaction(role)
-        await asyncio.sleep(0)
+        await run_ready_callbacks(1)  # one more round trip to the broker
         return txn
 
 
