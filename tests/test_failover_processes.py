@@ -7,11 +7,10 @@ import signal
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordination import FencingToken, describe_leadership, describe_role_state
 from coordination.kafka import KafkaTransport
+from tests.kafka_io import create_state_and_output_topics, read_committed
 from tests.polling import eventually
 from tests.processes import Service
 
@@ -25,18 +24,7 @@ TIMEOUT = 60
 @pytest.fixture
 async def topics(kafka_bootstrap):
     """A fresh state topic and output topic for one test."""
-    suffix = uuid.uuid4().hex[:8]
-    state, output = f"state-{suffix}", f"output-{suffix}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([
-            NewTopic(state, PARTITIONS, 1, topic_configs={"cleanup.policy": "compact"}),
-            NewTopic(output, 1, 1),
-        ])
-    finally:
-        await admin.close()
-    return state, output
+    return await create_state_and_output_topics(kafka_bootstrap, PARTITIONS)
 
 
 @pytest.fixture
@@ -72,22 +60,7 @@ async def wait_roster(bootstrap, topic, role, members):
 
 
 async def committed_output(bootstrap, topic):
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        records = []
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            records.extend(batch.get(tp, []))
-        return [(r.offset, json.loads(r.value)) for r in records]
-    finally:
-        await consumer.stop()
-
+    return [(r.offset, json.loads(r.value)) for r in await read_committed(bootstrap, topic)]
 
 async def test_the_first_registered_leads_and_the_others_take_over_in_rank_order(
     kafka_bootstrap, topics, services

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import coordination.kafka.transport as kafka_transport_module
@@ -41,6 +41,7 @@ from coordination.kafka import KafkaTransport, KafkaUnavailableError
 from coordination.kafka.options import ClientOptions
 from coordination.transport import PartitionRead
 from tests import polling
+from tests.kafka_io import committed_values
 from tests.loop import run_ready_callbacks
 
 pytestmark = pytest.mark.integration
@@ -135,24 +136,6 @@ async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRea
     """A read once every commit marker is written (stable offset = high watermark)."""
     return await eventually(lambda: transport.read_partition(partition),
                             lambda read: read.last_stable_offset == read.high_watermark)
-
-
-async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        values: list[bytes] = []
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            values.extend(r.value for r in batch.get(tp, []))
-        return values
-    finally:
-        await consumer.stop()
 
 
 def closed_port() -> int:

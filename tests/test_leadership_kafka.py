@@ -10,8 +10,6 @@ import asyncio
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordination import (
     FencedError,
@@ -25,27 +23,13 @@ from coordination import (
 from coordination.kafka import KafkaTransport
 from coordination.records import Lease
 from tests.faults import stop_the_world
+from tests.kafka_io import committed_values, create_state_and_output_topics
 from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
 
 LEASE = 3.0
 TIMING = {"lease_duration": LEASE, "renew_interval": 1.0, "challenge_stagger": 0.5}
-
-
-async def create_topics(bootstrap: str, partitions: int) -> tuple[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    state, output = f"state-{suffix}", f"output-{suffix}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([
-            NewTopic(state, partitions, 1, topic_configs={"cleanup.policy": "compact"}),
-            NewTopic(output, 1, 1),
-        ])
-    finally:
-        await admin.close()
-    return state, output
 
 
 @pytest.fixture
@@ -59,7 +43,8 @@ async def cluster(kafka_bootstrap):
 
         async def setup(self, partitions: int = 4) -> None:
             self.partitions = partitions
-            self.state, self.output = await create_topics(kafka_bootstrap, partitions)
+            self.state, self.output = await create_state_and_output_topics(
+                kafka_bootstrap, partitions)
 
         async def transport(self) -> KafkaTransport:
             transport = KafkaTransport(kafka_bootstrap, topic=self.state)
@@ -175,24 +160,6 @@ async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinat
     assert status.token.producer_id == leader.token.producer_id
     assert status.token.producer_epoch > leader.token.producer_epoch
     assert await committed_values(cluster.bootstrap, cluster.output) == []
-
-
-async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        values: list[bytes] = []
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            values.extend(r.value for r in batch.get(tp, []))
-        return values
-    finally:
-        await consumer.stop()
 
 
 class CountingTransport(KafkaTransport):
