@@ -1,15 +1,31 @@
-"""A MemoryBroker, a ManualClock and members on them: the harness for protocol tests."""
+"""A MemoryBroker, a ManualClock and members on them: the harness for protocol tests.
+
+`Cluster` drives one in-process cluster by hand. For the deterministic
+simulation (tests/simulation.py) there is more: `quiesce` runs every ready
+task to a stop, `MemberClock` gives each member process its own skewed,
+pausable clock, and `FaultyTransport` puts pauses, message delays and crashes
+between a member and the broker.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from coordination import (
     Clock,
+    FencedError,
+    FencingToken,
+    GuardedTransaction,
     Leadership,
+    LeadershipStatus,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
+    PartitionRead,
+    PartitionTail,
     acquire_leadership,
 )
 from tests.loop import run_ready_callbacks
@@ -18,6 +34,8 @@ STATE = "__coordination_state"
 LEASE = 3.0
 RENEW = 1.0
 STAGGER = 0.5
+
+T = TypeVar("T")
 
 
 class Cluster:
@@ -95,3 +113,242 @@ class SkewedClock:
 
     async def sleep_until(self, at_ms: int) -> None:
         await self._base.sleep_until(at_ms - self._offset)
+
+
+async def quiesce(limit: int = 100_000) -> None:
+    """Run every ready task until all of them wait on the clock or the log.
+
+    A scheduler yield repeated until asyncio's ready queue is empty, so after
+    it nothing can happen until the clock moves or a test acts. A task that
+    never stops being ready (a spin) is an error, not a hang.
+    """
+    loop = asyncio.get_running_loop()
+    ready = getattr(loop, "_ready", None)  # CPython's queue of runnable callbacks
+    if ready is None:
+        await run_ready_callbacks(200)
+        return
+    for _ in range(limit):
+        await asyncio.sleep(0)
+        if not ready:
+            return
+    raise RuntimeError(f"the event loop was still busy after {limit} rounds: a task spins")
+
+
+class MemberClock:
+    """One member process's wall clock: skewed from the cluster's, and pausable.
+
+    `offset_ms` is the skew (record timestamps and lease deadlines carry it).
+    While `paused`, no sleeper of this member wakes and every call through a
+    `FaultyTransport` on this clock waits: the process is stopped. `resume`
+    restarts it; with ``frozen=True`` the clock did not run during the pause
+    (a frozen VM), so it comes back behind by the pause length until
+    `set_offset` steps it (NTP). Sleepers re-check after every offset change.
+    """
+
+    def __init__(self, base: ManualClock, offset_ms: int = 0) -> None:
+        self.base = base
+        self.offset_ms = offset_ms
+        self.paused = False
+        self._paused_at = 0
+        self._resumed: asyncio.Event | None = None
+        self._changed: asyncio.Future[None] | None = None
+
+    def now_ms(self) -> int:
+        return self.base.now_ms() + self.offset_ms
+
+    async def sleep_until(self, at_ms: int) -> None:
+        while True:
+            if self.paused:
+                await self.gate()
+                continue
+            if self.now_ms() >= at_ms:
+                return
+            if self._changed is None:
+                self._changed = asyncio.get_running_loop().create_future()
+            changed = self._changed
+            sleeper = asyncio.ensure_future(self.base.sleep_until(at_ms - self.offset_ms))
+            try:
+                await asyncio.wait([sleeper, changed], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+
+    async def gate(self) -> None:
+        """Return at once, or when the paused process resumes."""
+        while self.paused:
+            assert self._resumed is not None
+            await self._resumed.wait()
+
+    def pause(self) -> None:
+        """Stop the process: no wake-ups, no calls, until `resume`."""
+        if not self.paused:
+            self.paused = True
+            self._paused_at = self.base.now_ms()
+            self._resumed = asyncio.Event()
+
+    def resume(self, *, frozen: bool = False) -> None:
+        """Let the process run again; `frozen`: its clock lost the paused time."""
+        if not self.paused:
+            return
+        self.paused = False
+        if frozen:
+            self.set_offset(self.offset_ms - (self.base.now_ms() - self._paused_at))
+        assert self._resumed is not None
+        self._resumed.set()
+
+    def set_offset(self, offset_ms: int) -> None:
+        """Step the clock to a new skew, as NTP does; sleepers re-check."""
+        self.offset_ms = offset_ms
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+
+class ProcessCrashed(ConnectionError):
+    """A call of a process that has crashed: nothing reaches the broker."""
+
+
+class FaultyTransport:
+    """A member process's `Transport` with faults: pauses, message delays, death.
+
+    Every call waits while the process is paused (`MemberClock.pause`), then
+    is delayed by `delay(call)` = ``(before_ms, after_ms)`` of cluster time:
+    `before_ms` delays the request (a call cancelled meanwhile never reaches
+    the broker), `after_ms` the response (the broker has acted; the caller
+    hears of it late, or never if it gives up). After `crash`, calls raise
+    `ProcessCrashed`, those waiting on a pause or a delay at once, and
+    responses are lost. Counts what the broker fenced.
+    """
+
+    def __init__(
+        self,
+        inner: MemoryTransport,
+        clock: MemberClock,
+        delay: Callable[[str], tuple[int, int]] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.delay = delay
+        self.dead = False
+        self.delayed_calls = 0
+        self.fenced_by_broker: Counter[str] = Counter()
+        self.epoch_requests: list[tuple[int, str]] = []
+        self._died: asyncio.Future[None] | None = None
+
+    def crash(self) -> None:
+        """The process dies: every call in flight and every later one fails."""
+        self.dead = True
+        if self._died is not None and not self._died.done():
+            self._died.set_result(None)
+
+    async def _call(self, name: str, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        await self._pause_point()
+        before, after = self.delay(name) if self.delay is not None else (0, 0)
+        if before or after:
+            self.delayed_calls += 1
+        if before:
+            await self._sleep(before)
+            await self._pause_point()
+        try:
+            result = await call(*args)
+        except FencedError:
+            self.fenced_by_broker[name] += 1
+            raise
+        if after:
+            await self._sleep(after)
+        await self._pause_point()
+        return result
+
+    def _alive(self) -> None:
+        if self.dead:
+            raise ProcessCrashed("the process crashed")
+
+    async def _pause_point(self) -> None:
+        """Wait while the process is paused; fail if it is or becomes dead."""
+        self._alive()
+        if self.clock.paused:
+            await self._unless_dead(self.clock.gate())
+
+    async def _sleep(self, ms: int) -> None:
+        base = self.clock.base
+        await self._unless_dead(base.sleep_until(base.now_ms() + ms))
+
+    async def _unless_dead(self, waiting: Awaitable[None]) -> None:
+        if self._died is None:
+            self._died = asyncio.get_running_loop().create_future()
+        work = asyncio.ensure_future(waiting)
+        try:
+            await asyncio.wait([work, self._died], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            work.cancel()
+        self._alive()
+
+    async def acquire_epoch(
+        self, role: str, transaction_timeout: float, current: FencingToken | None = None
+    ) -> FencingToken:
+        if current is None:
+            self.epoch_requests.append((self.clock.base.now_ms(), role))
+        return await self._call("acquire_epoch", self.inner.acquire_epoch, role,
+                                transaction_timeout, current)
+
+    async def describe_epoch(self, role: str) -> LeadershipStatus:
+        return await self._call("describe_epoch", self.inner.describe_epoch, role)
+
+    async def read_partition(self, partition: int) -> PartitionRead:
+        return await self._call("read_partition", self.inner.read_partition, partition)
+
+    async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
+        return _FaultyTail(self, await self.inner.tail(partition, from_offset))
+
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
+        await self._call("check_topic", self.inner.check_topic, partitions, lease_duration)
+
+    async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
+        return await self._call("append", self.inner.append, partition, key, value)
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        return await self._call("write_lease", self.inner.write_lease, partition, key, value)
+
+    async def begin_transaction(self, role: str) -> _FaultyTransaction:
+        txn = await self._call("begin_transaction", self.inner.begin_transaction, role)
+        return _FaultyTransaction(self, txn)
+
+    async def release(self, role: str) -> None:
+        await self._call("release", self.inner.release, role)
+
+
+class _FaultyTail:
+    def __init__(self, transport: FaultyTransport, inner: PartitionTail) -> None:
+        self._transport = transport
+        self._inner = inner
+
+    async def next(self) -> PartitionRead:
+        read = await self._inner.next()
+        transport = self._transport
+        _, after = transport.delay("tail") if transport.delay is not None else (0, 0)
+        if after:
+            await transport._sleep(after)
+        await transport._pause_point()
+        return read
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class _FaultyTransaction:
+    def __init__(self, transport: FaultyTransport, inner: GuardedTransaction) -> None:
+        self._transport = transport
+        self._inner = inner
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+                   partition: int | None = None) -> None:
+        await self._transport._call("send", self._inner.send, topic, value, key, partition)
+
+    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        return await self._transport._call("txn_write_lease", self._inner.write_lease,
+                                           partition, key, value)
+
+    async def commit(self) -> None:
+        await self._transport._call("commit", self._inner.commit)
+
+    async def abort(self) -> None:
+        await self._transport._call("abort", self._inner.abort)

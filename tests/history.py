@@ -1,0 +1,402 @@
+"""A Jepsen-style history checker for guarded writes (issue 5, item 1).
+
+Every leader, while it leads, performs guarded writes (one Kafka transaction
+each) to one partition of an output topic. Each record says who wrote it
+under which authority: the member, its token ``(producer_id, producer_epoch)``,
+its tenure and a per-writer sequence number. The writer logs the outcome of
+every attempt it made:
+
+- ``committed``: the transaction's commit returned;
+- ``fenced``: it raised `FencedError`;
+- ``unknown``: anything else (the process died, a timeout, a cancellation).
+
+`check_history` then reads the output as a read_committed consumer sees it,
+``(offset, value)`` pairs, and checks, with the attempts:
+
+- tenures never decrease in offset order: once a record of tenure t is
+  visible, no record of an earlier tenure follows it (``tenure-regression``);
+- every write whose commit returned is visible exactly once (``lost``,
+  ``duplicate``);
+- no write that raised `FencedError` is visible (``fenced-visible``);
+- a write of unknown outcome is visible at most once (``duplicate``);
+- every visible record is a write some writer attempted, as it attempted it
+  (``phantom``), decodes (``malformed``), and one tenure carries one token and
+  one token one tenure (``token-conflict``).
+
+It works on plain data, so the simulation, the benchmarks and the real-process
+fault tests share it: a writer in another process keeps an attempt journal
+(JSON lines, `HistoryWriter(journal=...)`), which `attempts_from_journal`
+turns back into attempts; an attempt that started but never logged its end
+(the process was killed) is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import IO, Literal
+
+from coordination import Clock, FencedError, Leadership, SystemClock
+
+__all__ = [
+    "VIOLATION_KINDS",
+    "Attempt",
+    "HistoryRecord",
+    "HistoryReport",
+    "HistoryWriter",
+    "Outcome",
+    "Violation",
+    "attempts_from_journal",
+    "check_history",
+    "decode_record",
+    "encode_record",
+]
+
+Outcome = Literal["committed", "fenced", "unknown"]
+OUTCOMES: tuple[Outcome, ...] = ("committed", "fenced", "unknown")
+
+VIOLATION_KINDS = (
+    "tenure-regression",
+    "lost",
+    "duplicate",
+    "fenced-visible",
+    "phantom",
+    "malformed",
+    "token-conflict",
+)
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """The value of one guarded write: who wrote it, under which authority.
+
+    `writer` names one writing process for one role (e.g. ``"m1.2/billing"``:
+    member m1, its second incarnation); `seq` counts that writer's attempts
+    from 1. ``(writer, seq)`` identifies a write.
+    """
+
+    writer: str
+    seq: int
+    member: str
+    role: str
+    producer_id: int
+    producer_epoch: int
+    tenure: int
+
+    @property
+    def write_id(self) -> tuple[str, int]:
+        """The write's identity: its writer and sequence number."""
+        return (self.writer, self.seq)
+
+    @property
+    def token(self) -> tuple[int, int]:
+        """The token the write was made under, as ``(producer_id, producer_epoch)``."""
+        return (self.producer_id, self.producer_epoch)
+
+
+def encode_record(record: HistoryRecord) -> bytes:
+    """The record as compact JSON bytes with a format version."""
+    return json.dumps(
+        {"v": FORMAT_VERSION, "writer": record.writer, "seq": record.seq,
+         "member": record.member, "role": record.role, "producer_id": record.producer_id,
+         "producer_epoch": record.producer_epoch, "tenure": record.tenure},
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_record(value: bytes | None) -> HistoryRecord:
+    """Parse `encode_record`'s bytes; `ValueError` for anything else."""
+    if value is None:
+        raise ValueError("a tombstone is not a history record")
+    try:
+        data = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.pop("v", None) != FORMAT_VERSION:
+        raise ValueError(f"not a version {FORMAT_VERSION} history record")
+    try:
+        record = HistoryRecord(**data)
+    except TypeError as exc:
+        raise ValueError(f"wrong fields: {exc}") from None
+    for name in ("writer", "member", "role"):
+        if not isinstance(getattr(record, name), str):
+            raise ValueError(f"{name} is not a string")
+    for name in ("seq", "producer_id", "producer_epoch", "tenure"):
+        value_ = getattr(record, name)
+        if not isinstance(value_, int) or isinstance(value_, bool):
+            raise ValueError(f"{name} is not an integer")
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One guarded write as its writer saw it: the record and the outcome.
+
+    `started_ms` and `ended_ms` are on the writer's clock; `detail` is the
+    error's text for ``fenced`` and ``unknown``.
+    """
+
+    record: HistoryRecord
+    outcome: Outcome
+    started_ms: int = 0
+    ended_ms: int = 0
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"an outcome is one of {OUTCOMES}, not {self.outcome!r}")
+
+    @property
+    def write_id(self) -> tuple[str, int]:
+        """The write's identity: its writer and sequence number."""
+        return self.record.write_id
+
+    def to_json(self) -> str:
+        """One journal line for this attempt's outcome."""
+        return json.dumps({"event": "end", "record": asdict(self.record),
+                           "outcome": self.outcome, "started_ms": self.started_ms,
+                           "ended_ms": self.ended_ms, "detail": self.detail},
+                          sort_keys=True)
+
+
+def attempts_from_journal(lines: Iterable[str]) -> list[Attempt]:
+    """Attempts from a writer's JSON-lines journal, in the order they started.
+
+    A ``start`` line without a matching ``end`` line (the writer died during
+    the attempt) becomes an ``unknown`` attempt.
+    """
+    started: dict[tuple[str, int], Attempt] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        record = HistoryRecord(**entry["record"])
+        if entry["event"] == "start":
+            started[record.write_id] = Attempt(record, "unknown", entry["started_ms"],
+                                               entry["started_ms"], "no outcome logged")
+        else:
+            started[record.write_id] = Attempt(record, entry["outcome"], entry["started_ms"],
+                                               entry["ended_ms"], entry["detail"])
+    return list(started.values())
+
+
+class HistoryWriter:
+    """Makes guarded writes of history records and logs every attempt's outcome.
+
+    One writer per (process, role): `writer` must be unique across the whole
+    history (put the member and an incarnation number in it). Attempts are
+    appended to `attempts`, and, with `journal`, written as JSON lines (a
+    ``start`` line before the write, an ``end`` line after), so a process
+    killed in the middle of a write leaves an ``unknown`` attempt behind.
+    """
+
+    def __init__(
+        self,
+        writer: str,
+        topic: str,
+        partition: int,
+        *,
+        clock: Clock | None = None,
+        journal: IO[str] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.topic = topic
+        self.partition = partition
+        self.attempts: list[Attempt] = []
+        self._clock = clock or SystemClock()
+        self._journal = journal
+        self._seq = 0
+
+    async def write(self, leadership: Leadership) -> Attempt:
+        """One guarded write under `leadership`; returns the attempt.
+
+        `FencedError` is an outcome, not an error: it is logged and returned.
+        Anything else (cancellation included) is logged as ``unknown`` and
+        raised.
+        """
+        self._seq += 1
+        token = leadership.token
+        record = HistoryRecord(self.writer, self._seq, leadership.member, leadership.role,
+                               token.producer_id, token.producer_epoch, leadership.tenure)
+        started = self._clock.now_ms()
+        self._log_start(record, started)
+        outcome: Outcome = "unknown"
+        detail = ""
+        try:
+            async with leadership.transaction() as txn:
+                await txn.send(self.topic, encode_record(record),
+                               key=self.writer.encode(), partition=self.partition)
+            outcome = "committed"
+        except FencedError as exc:
+            outcome, detail = "fenced", str(exc)
+        except BaseException as exc:
+            detail = repr(exc)
+            raise
+        finally:
+            attempt = Attempt(record, outcome, started, self._clock.now_ms(), detail)
+            self.attempts.append(attempt)
+            if self._journal is not None:
+                self._journal.write(attempt.to_json() + "\n")
+                self._journal.flush()
+        return attempt
+
+    def _log_start(self, record: HistoryRecord, started: int) -> None:
+        if self._journal is not None:
+            self._journal.write(json.dumps({"event": "start", "record": asdict(record),
+                                            "started_ms": started}, sort_keys=True) + "\n")
+            self._journal.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: its kind (one of `VIOLATION_KINDS`), where, and what."""
+
+    kind: str
+    detail: str
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        where = "" if self.offset is None else f" at offset {self.offset}"
+        return f"{self.kind}{where}: {self.detail}"
+
+
+@dataclass(slots=True)
+class HistoryReport:
+    """The checker's findings: counts for a table, and every violation.
+
+    `lost` must be 0 and `violations` empty for a correct system; an unknown
+    outcome may be visible (`unknown_visible`) or not.
+    """
+
+    attempted: int = 0
+    committed: int = 0
+    fenced: int = 0
+    unknown: int = 0
+    unknown_visible: int = 0
+    visible: int = 0
+    tenures: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no rule was broken."""
+        return not self.violations
+
+    def kinds(self) -> set[str]:
+        """The kinds of violation found."""
+        return {violation.kind for violation in self.violations}
+
+    def summary(self) -> str:
+        """One line of counts."""
+        return (f"attempted={self.attempted} committed={self.committed} fenced={self.fenced} "
+                f"unknown={self.unknown} (visible {self.unknown_visible}) "
+                f"visible={self.visible} tenures={self.tenures} lost={self.lost} "
+                f"duplicates={self.duplicates} violations={len(self.violations)}")
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        lines += [f"  {violation}" for violation in self.violations[:20]]
+        if len(self.violations) > 20:
+            lines.append(f"  ... and {len(self.violations) - 20} more")
+        return "\n".join(lines)
+
+
+def check_history(
+    output: Iterable[tuple[int, bytes | None]], attempts: Iterable[Attempt]
+) -> HistoryReport:
+    """Check what a read_committed consumer saw against what writers attempted.
+
+    `output` is the partition's ``(offset, value)`` pairs (any order; they are
+    sorted by offset); `attempts` every attempt of every writer of the role.
+    Two attempts with one ``(writer, seq)`` are a broken harness: `ValueError`.
+    """
+    report = HistoryReport()
+    by_id: dict[tuple[str, int], Attempt] = {}
+    for attempt in attempts:
+        if attempt.write_id in by_id:
+            raise ValueError(f"two attempts are logged as write {attempt.write_id}")
+        by_id[attempt.write_id] = attempt
+        report.attempted += 1
+        setattr(report, attempt.outcome, getattr(report, attempt.outcome) + 1)
+
+    offsets_of: dict[tuple[str, int], list[int]] = {}
+    latest: tuple[int, int] | None = None  # (tenure, offset of its first record)
+    token_of: dict[int, tuple[int, int]] = {}
+    tenure_of: dict[tuple[int, int], int] = {}
+    for offset, value in sorted(output, key=lambda pair: pair[0]):
+        try:
+            record = decode_record(value)
+        except ValueError as exc:
+            report.violations.append(Violation("malformed", str(exc), offset))
+            continue
+        report.visible += 1
+        offsets_of.setdefault(record.write_id, []).append(offset)
+        if latest is not None and record.tenure < latest[0]:
+            report.violations.append(Violation(
+                "tenure-regression",
+                f"write {record.write_id} of tenure {record.tenure} follows tenure "
+                f"{latest[0]}, first visible at offset {latest[1]}",
+                offset,
+            ))
+        elif latest is None or record.tenure > latest[0]:
+            latest = (record.tenure, offset)
+        _check_token(report, record, offset, token_of, tenure_of)
+        attempted = by_id.get(record.write_id)
+        if attempted is None or attempted.record != record:
+            report.violations.append(Violation(
+                "phantom",
+                f"write {record.write_id} is visible but was never attempted as {record}",
+                offset,
+            ))
+    report.tenures = len(token_of)
+
+    for write_id, offsets in offsets_of.items():
+        if len(offsets) > 1:
+            report.duplicates += 1
+            report.violations.append(Violation(
+                "duplicate", f"write {write_id} is visible {len(offsets)} times, at {offsets}",
+                offsets[1],
+            ))
+    for write_id, attempt in by_id.items():
+        seen = offsets_of.get(write_id, [])
+        if attempt.outcome == "committed" and not seen:
+            report.lost += 1
+            report.violations.append(Violation(
+                "lost", f"write {write_id} committed but is not visible"))
+        elif attempt.outcome == "fenced" and seen:
+            report.violations.append(Violation(
+                "fenced-visible",
+                f"write {write_id} raised FencedError ({attempt.detail}) but is visible",
+                seen[0],
+            ))
+        elif attempt.outcome == "unknown" and seen:
+            report.unknown_visible += 1
+    return report
+
+
+def _check_token(
+    report: HistoryReport,
+    record: HistoryRecord,
+    offset: int,
+    token_of: dict[int, tuple[int, int]],
+    tenure_of: dict[tuple[int, int], int],
+) -> None:
+    token = token_of.setdefault(record.tenure, record.token)
+    tenure = tenure_of.setdefault(record.token, record.tenure)
+    if token != record.token:
+        report.violations.append(Violation(
+            "token-conflict",
+            f"tenure {record.tenure} carries token {record.token} and token {token}",
+            offset,
+        ))
+    elif tenure != record.tenure:
+        report.violations.append(Violation(
+            "token-conflict",
+            f"token {record.token} carries tenure {record.tenure} and tenure {tenure}",
+            offset,
+        ))
