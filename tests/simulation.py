@@ -73,8 +73,7 @@ from tests.sim import STATE, FaultyTransport, MemberClock, ProcessCrashed, quies
 OUTPUT = "history"
 ROLE_NAMES = ("billing", "reports", "ledger")
 LIVELOCK_LEASES = 20
-REPLAY = ("SIM_SEED={seed} SIM_LEASES={leases} "
-          "python -m pytest tests/test_simulation.py -k replay -s")
+REPLAY = "python -m tests.simulation --seed {seed} --leases {leases}"
 
 
 @dataclass(frozen=True)
@@ -794,3 +793,41 @@ def summarize(reports: list[SimReport], elapsed: float | None = None) -> str:
         f"p99={gaps[int(len(gaps) * 0.99)] if gaps else 0:.1f} max={gaps[-1] if gaps else 0:.1f}",
     ]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay one seed with its trace, or run a long series of seeds."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(prog="python -m tests.simulation", description=main.__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--seed", type=int, help="replay this seed and print its whole trace")
+    what.add_argument("--seeds", type=int, help="run this many seeds from --start")
+    parser.add_argument("--start", type=int, default=100_000)
+    parser.add_argument("--leases", type=int, default=None,
+                        help="run length in lease durations "
+                             "(default 12 for --seed, 24 for --seeds)")
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        report = run_seed(args.seed, duration_leases=args.leases or 12)
+        print(report.describe(trace_lines=0))
+        print("\n".join(report.trace))
+        return 0 if report.ok else 1
+    began = time.perf_counter()
+    reports = []
+    for seed in range(args.start, args.start + args.seeds):
+        report = run_seed(seed, duration_leases=args.leases or 24)
+        if report.ok:
+            report.trace.clear()  # thousands of traces would fill the memory
+        reports.append(report)
+    print(f"--seeds {args.seeds} --start {args.start} --leases {args.leases or 24}")
+    print(summarize(reports, time.perf_counter() - began))
+    failing = [r for r in reports if not r.ok]
+    for report in failing[:3]:
+        print(report.describe())
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
