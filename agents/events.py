@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from coordination import FencingToken
+from coordination.json_forms import token_json
 
 __all__ = ["EVENTS_TOPIC", "KINDS", "EventKind", "LeadershipEvent"]
 
@@ -57,12 +58,12 @@ class LeadershipEvent:
             "kind": self.kind,
             "member": self.member,
             "rank": self.rank,
-            "token": _token(self.token),
+            "token": token_json(self.token),
             "tenure": self.tenure,
             "granted_at": self.granted_at,
             "deadline": self.deadline,
             "previous_holder": self.previous_holder,
-            "previous_token": _token(self.previous_token),
+            "previous_token": token_json(self.previous_token),
             "partition": self.partition,
             "offset": self.offset,
             "timestamp": self.timestamp,
@@ -71,9 +72,3 @@ class LeadershipEvent:
     def encode(self) -> bytes:
         """The event's bytes on the events topic."""
         return orjson.dumps(self.to_json())
-
-
-def _token(token: FencingToken | None) -> dict[str, int] | None:
-    if token is None:
-        return None
-    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}

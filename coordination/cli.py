@@ -20,6 +20,7 @@ from typing import Any
 
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import StateTopicError
+from coordination.json_forms import lease_json, roster_json, token_json
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
 from coordination.partition import role_partition
 from coordination.state import RoleState
@@ -30,35 +31,19 @@ __all__ = ["main"]
 DEFAULT_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 
 
-def _token(status: LeadershipStatus) -> dict[str, int] | None:
-    if not status.authoritative(status.token):
-        return None
-    return {"producer_id": status.token.producer_id, "producer_epoch": status.token.producer_epoch}
-
-
 def status_json(status: LeadershipStatus) -> dict[str, Any]:
     """The JSON form of a `LeadershipStatus`."""
-    return {"role": status.role, "state": status.state, "token": _token(status)}
+    current = status.token if status.authoritative(status.token) else None
+    return {"role": status.role, "state": status.state, "token": token_json(current)}
 
 
 def state_json(state: RoleState, partition: int) -> dict[str, Any]:
     """The JSON form of a `RoleState`."""
-    lease = state.lease
     return {
         "role": state.role,
         "partition": partition,
-        "roster": [
-            {"member": e.member, "rank": rank, "offset": e.offset,
-             "registered_at": e.registered_at}
-            for rank, e in enumerate(state.entries)
-        ],
-        "lease": None if lease is None else {
-            "member": lease.member,
-            "token": {"producer_id": lease.producer_id, "producer_epoch": lease.producer_epoch},
-            "tenure": state.tenure,
-            "granted_at": lease.granted_at,
-            "deadline": lease.deadline,
-        },
+        "roster": roster_json(state),
+        "lease": lease_json(state),
         "skipped": [{"offset": offset, "reason": reason} for offset, reason in state.errors],
         "misplaced": state.misplaced,
     }
@@ -103,8 +88,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         await transport.release(args.role)
         return {
             "role": args.role,
-            "fenced": _token(before),
-            "token": {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch},
+            "fenced": status_json(before)["token"],
+            "token": token_json(token),
         }
 
 

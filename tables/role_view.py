@@ -12,6 +12,7 @@ import heapq
 from typing import Any
 
 from coordination import RoleState
+from coordination.json_forms import lease_json, roster_json, token_json
 from tables.partition_state import PartitionValue
 from tables.role_state import MAX_ERRORS, RoleValue, Status
 
@@ -83,8 +84,7 @@ def summary(state: RoleState, now_ms: int) -> dict[str, Any]:
     return {
         "role": state.role,
         "holder": None if lease is None else lease.member,
-        "token": None if lease is None else {"producer_id": lease.producer_id,
-                                              "producer_epoch": lease.producer_epoch},
+        "token": token_json(state.token),
         "deadline": None if lease is None else lease.deadline,
         "status": status_of(state, now_ms),
         "members": len(state.entries),
@@ -93,22 +93,11 @@ def summary(state: RoleState, now_ms: int) -> dict[str, Any]:
 
 def detail(state: RoleState, skips: Skips, partition: int, now_ms: int) -> dict[str, Any]:
     """The summary plus roster, lease, skipped count and last error."""
-    lease = state.lease
     return {
         **summary(state, now_ms),
         "partition": partition,
-        "roster": [
-            {"member": e.member, "rank": rank, "offset": e.offset,
-             "registered_at": e.registered_at}
-            for rank, e in enumerate(state.entries)
-        ],
-        "lease": None if lease is None else {
-            "member": lease.member,
-            "token": {"producer_id": lease.producer_id, "producer_epoch": lease.producer_epoch},
-            "tenure": state.tenure,
-            "granted_at": lease.granted_at,
-            "deadline": lease.deadline,
-        },
+        "roster": roster_json(state),
+        "lease": lease_json(state),
         "skipped": skips.count,
         "misplaced": skips.misplaced,
         "last_error": skips.last_error,
