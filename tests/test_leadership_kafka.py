@@ -7,6 +7,9 @@ broker they are separate clients, exactly as separate processes are.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -22,7 +25,7 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport
 from coordination.records import Lease
-from tests.faults import stop_the_world
+from tests.faults import stop_the_world_until
 from tests.kafka_io import committed_values, create_state_and_output_topics
 from tests.polling import eventually
 
@@ -142,25 +145,36 @@ async def test_a_stuck_stable_offset_does_not_depose_another_roles_live_leader(c
 async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinator(cluster):
     await cluster.setup()
     leader = await cluster.acquire("a")
+
+    def coordinator_moved_on() -> bool:
+        answer = subprocess.run(
+            [sys.executable, "-m", "coordination", "describe", cluster.role,
+             "--bootstrap-servers", cluster.bootstrap],
+            capture_output=True, text=True, timeout=30, check=True)
+        token = json.loads(answer.stdout)["token"]
+        return token != {"producer_id": leader.token.producer_id,
+                         "producer_epoch": leader.token.producer_epoch}
+
     observer = await cluster.transport()
 
     async def paused_transaction() -> None:
         async with leader.transaction() as txn:
             await txn.send(cluster.output, b"before the pause", partition=0)
-            # The whole process stops (a GC pause, a stopped VM) for longer than
-            # the lease plus the coordinator's 1 s scan for timed-out transactions.
-            stop_the_world(LEASE + 2)
+            # Only a transaction the coordinator knows of (a partition added) can time out.
+            await eventually(lambda: describe_leadership(observer, cluster.role),
+                             lambda status: status.state == "Ongoing", within=LEASE)
+            # The whole process stops (a GC pause, a stopped VM) until the
+            # coordinator has aborted the transaction for its timeout.
+            stop_the_world_until(coordinator_moved_on, within=LEASE * 10)
             await txn.send(cluster.output, b"after the pause", partition=0)
 
     with pytest.raises(FencedError):
         await paused_transaction()
     assert isinstance(leader.err, FencedError)
-    status = await eventually(lambda: describe_leadership(observer, cluster.role),
-                              lambda status: status.token != leader.token, within=LEASE * 5)
+    status = await describe_leadership(observer, cluster.role)
     assert status.token.producer_id == leader.token.producer_id
     assert status.token.producer_epoch > leader.token.producer_epoch
     assert await committed_values(cluster.bootstrap, cluster.output) == []
-
 
 class CountingTransport(KafkaTransport):
     """Counts the lease records written outside guarded transactions."""
