@@ -234,10 +234,14 @@ class RoleRunner:
         self._lost(leadership)
 
     def _stopped(self, leadership: Leadership, reason: str) -> None:
+        error = None if leadership.err is None else str(leadership.err)
+        if error is None and reason == "fenced":
+            # This runner's own watch can fire before the library's, which
+            # ends the tenure at the same instant.
+            error = f"the fence deadline {leadership.fence_deadline} passed"
         self.last_stop = {"at": self.clock.now_ms(), "reason": reason,
                           "token": str(leadership.token), "tenure": leadership.tenure,
-                          "fence_deadline": leadership.fence_deadline,
-                          "error": None if leadership.err is None else str(leadership.err)}
+                          "fence_deadline": leadership.fence_deadline, "error": error}
 
     def _lost(self, leadership: Leadership) -> None:
         self.observer.leading(self.name, False)

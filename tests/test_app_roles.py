@@ -128,6 +128,7 @@ async def test_a_leader_cut_off_from_the_broker_stops_its_function_at_the_fence_
     assert a.last_stop is not None
     assert a.last_stop["reason"] == "fenced"
     assert a.last_stop["fence_deadline"] == fence_deadline
+    assert "fence deadline" in a.last_stop["error"]
     assert not a.running
     transport.cut = False
     await stop_all(cluster, a)
