@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -19,17 +18,26 @@ SERVICE = ROOT / "examples" / "leader_service.py"
 
 
 class Service:
-    """One `examples/leader_service.py` process and the events it printed."""
+    """One process printing JSON-line events, and the events it printed.
 
-    def __init__(self, *args: str) -> None:
+    By default `examples/leader_service.py`; `program` names another
+    (e.g. ``["-m", "tests.fault_member"]``) and `prefix` runs it under a
+    command such as ``ip netns exec NAME`` (which execs it: same PID).
+    """
+
+    def __init__(
+        self, *args: str, program: list[str] | None = None, prefix: list[str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(SERVICE), *args],
+            [*(prefix or []), sys.executable, *(program or [str(SERVICE)]), *args],
+            cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         self.pid = self.process.pid
         self.events: list[dict[str, Any]] = []
-        self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._printed = threading.Condition()
+        self._closed = False
         self.stderr: list[str] = []
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -41,27 +49,33 @@ class Service:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self.events.append(event)
-            self._lines.put(event)
+            with self._printed:
+                self.events.append(event)
+                self._printed.notify_all()
+        with self._printed:
+            self._closed = True
+            self._printed.notify_all()
 
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def wait_for(self, event: str, timeout: float, **match: Any) -> dict[str, Any]:
-        """The first event named `event` (matching `match`), waiting up to `timeout` s."""
+    def wait_for(
+        self, event: str, timeout: float, *, since: int = 0, **match: Any
+    ) -> dict[str, Any]:
+        """The first event named `event` (matching `match`) at or after position
+        `since` of `events`, waiting up to `timeout` s for it."""
         deadline = time.monotonic() + timeout
-        for seen in list(self.events):
-            if seen["event"] == event and all(seen.get(k) == v for k, v in match.items()):
-                return seen
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                seen = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if seen["event"] == event and all(seen.get(k) == v for k, v in match.items()):
-                return seen
+        with self._printed:
+            while True:
+                for seen in self.events[since:]:
+                    if seen["event"] == event and all(seen.get(k) == v for k, v in match.items()):
+                        return seen
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self._closed and self.process.poll() is not None):
+                    break
+                self._printed.wait(remaining)
         raise AssertionError(
             f"no {event!r} event from pid {self.pid} within {timeout} s; events: "
             f"{[e['event'] for e in self.events][-10:]}; stderr tail: "
