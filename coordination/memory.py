@@ -186,6 +186,11 @@ class MemoryBroker:
             self.epochs_minted += 1
             return entry.token
         if current is not None and current != entry.token:
+            if entry.open is not None and current.producer_id == entry.token.producer_id:
+                # As Kafka does: it checks only the producer id before aborting
+                # the current epoch's ongoing transaction with a bump.
+                self._finish(entry, "CompleteAbort")
+                self._bump(entry)
             raise FencedError(f"{role}: {current} is not the current epoch {entry.token}")
         if entry.open is not None:
             self._finish(entry, "CompleteAbort")

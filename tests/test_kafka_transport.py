@@ -199,6 +199,26 @@ async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing
     await new.write_lease(0, *lease_record(role, successor))  # the successor still writes
 
 
+async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_open_transaction(
+    transports, role, new_topic
+):
+    """Kafka checks only the producer id of a conditional InitProducerId
+    before it aborts an ongoing transaction: a stale epoch fences the current
+    one if its transaction is open. Leadership.resign therefore asks first."""
+    output = await new_topic(1, compacted=False)
+    old, new = await transports(), await transports()
+    stale = await old.acquire_epoch(role, LEASE)
+    successor = await new.acquire_epoch(role, LEASE)
+    txn = await new.begin_transaction(role)
+    await txn.send(output, b"successor", partition=0)
+    with pytest.raises(FencedError):
+        await old.acquire_epoch(role, LEASE, current=stale)
+    assert (await new.describe_epoch(role)).token == FencingToken(
+        successor.producer_id, successor.producer_epoch + 1)
+    with pytest.raises(FencedError):
+        await txn.commit()
+
+
 # ----------------------------------------------------------------- StateReader
 
 

@@ -185,6 +185,22 @@ async def test_a_deposed_leaders_resign_leaves_no_tombstone():
     assert status.authoritative(successor.result().token)
 
 
+async def test_bug_a_deposed_leaders_resign_fenced_its_successors_open_transaction():
+    """Found by the real-process fault runs: the conditional bump of a
+    superseded token aborted the successor's open transaction."""
+    cluster = Cluster()
+    zombie = await lead(cluster, "a")
+    crash(zombie)
+    successor_task = cluster.candidate("b")
+    await cluster.until(successor_task.done, within=LEASE + 1)
+    successor = successor_task.result()
+    async with successor.transaction() as txn:
+        await txn.send("out", b"successor", partition=0)
+        await zombie.resign(deregister=False)
+    assert b"successor" in cluster.out_values()
+    assert not successor.done.done()
+
+
 async def test_entering_a_transaction_after_the_fence_deadline_raises_fenced_error():
     cluster = Cluster()
     leader = await lead(cluster, "a")

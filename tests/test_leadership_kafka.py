@@ -142,6 +142,22 @@ async def test_a_stuck_stable_offset_does_not_depose_another_roles_live_leader(c
         await asyncio.gather(standby, return_exceptions=True)
 
 
+async def test_bug_a_deposed_leaders_resign_fenced_its_successors_open_transaction(cluster):
+    """Found by the real-process fault runs (the frozen zombie): the
+    conditional InitProducerId of a superseded token aborted the successor's
+    open transaction, because Kafka checks only the producer id first."""
+    await cluster.setup()
+    zombie = await cluster.acquire("a")
+    stop_renewing(zombie)  # hung: its lease lapses, its producer stays open
+    successor = await asyncio.wait_for(cluster.acquire("b"), LEASE * 4)
+    async with successor.transaction() as txn:
+        await txn.send(cluster.output, b"successor", partition=0)
+        await zombie.resign(deregister=False)
+    assert await committed_values(cluster.bootstrap, cluster.output) == [b"successor"]
+    assert not successor.done.done()
+    await successor.resign()
+
+
 async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinator(cluster):
     await cluster.setup()
     leader = await cluster.acquire("a")

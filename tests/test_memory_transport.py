@@ -201,6 +201,22 @@ async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing
     assert (await new.describe_epoch(ROLE)).token == current
 
 
+async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_open_transaction():
+    """As Kafka 4.4.0 does (tests/test_kafka_transport.py shows it): it checks
+    only the producer id before aborting an ongoing transaction."""
+    old, new = two_clients(new_broker())
+    stale = await old.acquire_epoch(ROLE, 30)
+    current = await new.acquire_epoch(ROLE, 30)
+    txn = await new.begin_transaction(ROLE)
+    await txn.send("out", b"successor", partition=0)
+    with pytest.raises(FencedError):
+        await old.acquire_epoch(ROLE, 30, current=stale)
+    assert (await new.describe_epoch(ROLE)).token == FencingToken(
+        current.producer_id, current.producer_epoch + 1)
+    with pytest.raises(FencedError):
+        await txn.commit()
+
+
 async def test_a_transaction_open_past_its_timeout_is_aborted_with_a_bump():
     clock = ManualClock()
     broker = new_broker(clock=clock)
