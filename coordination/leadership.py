@@ -111,7 +111,11 @@ class LeadershipOptions:
 def _check_name(kind: str, name: str) -> None:
     if not name:
         raise ValueError(f"the {kind} must not be empty")
-    size = len(name.encode("utf-8", errors="surrogatepass"))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the {kind} is not encodable as UTF-8: {exc.reason} "
+                         f"at position {exc.start}") from None
     if size > MAX_STRING_BYTES:
         raise ValueError(f"the {kind} is {size} UTF-8 bytes, over the limit of 32767")
 
@@ -168,9 +172,9 @@ class _Candidate:
         self.warned_shared_id = False
 
     async def run(self) -> Leadership:
-        await self.follower.refresh()
-        await self._register()
         try:
+            await self.follower.refresh()
+            await self._register()
             while True:
                 leadership = await self._step()
                 if leadership is not None:

@@ -20,6 +20,10 @@ Every stdout line is a JSON event: ``leading``, ``fenced`` (the tenure ended
 on its own: ``error`` says why), ``resigned``, ``left`` (a standby that
 stopped and, with ``--leave-on-stop``, removed its registration) and
 ``done``. The library's log goes to stderr.
+
+``SIGUSR1`` makes the member stop itself (SIGSTOP) inside its next guarded
+transaction, after the send and before the commit, printing ``freezing``
+first: a leader frozen with a transaction open, at a known point.
 """
 
 from __future__ import annotations
@@ -107,8 +111,18 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     clock = InjectedClock(args.skew_ms, args.clock_file)
     incarnation = f"{args.member}.{os.getpid()}"
+    freeze = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, freeze.set)
+
+    def freeze_inside_the_transaction() -> None:
+        if freeze.is_set():
+            freeze.clear()
+            emit("freezing")
+            os.kill(os.getpid(), signal.SIGSTOP)
+
     with args.journal.open("a") as journal:
-        writer = HistoryWriter(f"{incarnation}/{args.role}", args.output, 0, journal=journal)
+        writer = HistoryWriter(f"{incarnation}/{args.role}", args.output, 0, journal=journal,
+                               before_commit=freeze_inside_the_transaction)
         async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
             emit("started", member=args.member)
             while not stop.is_set():

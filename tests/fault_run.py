@@ -27,6 +27,7 @@ gathers the figures in docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -38,7 +39,12 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import RoleState, describe_role_state
+from coordination import (
+    LeadershipStatus,
+    RoleState,
+    describe_leadership,
+    describe_role_state,
+)
 from coordination.kafka import KafkaTransport
 from tests.history import Attempt, HistoryReport, attempts_from_journal, check_history
 from tests.kafka_io import read_committed
@@ -166,7 +172,13 @@ class FaultRun:
         temporary.replace(path)
 
     def stop_all(self) -> None:
-        """Stop every member by PID (SIGCONT first, then SIGTERM, then SIGKILL)."""
+        """Stop every member by PID: all at once, so no standby takes over from
+        a leader that resigns on the way out (SIGCONT, SIGTERM, then SIGKILL)."""
+        for service in self.members:
+            if service.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    service.signal(signal.SIGCONT)
+                    service.signal(signal.SIGTERM)
         for service in self.members:
             service.stop()
 
@@ -179,6 +191,11 @@ class FaultRun:
         """The role's state as `describe_role_state` reads it now."""
         async with KafkaTransport(bootstrap or self.bootstrap, topic=self.state) as transport:
             return await describe_role_state(transport, self.role, self.partitions)
+
+    async def leadership_status(self, bootstrap: str | None = None) -> LeadershipStatus:
+        """The role's leadership as `describe_leadership` reports it now."""
+        async with KafkaTransport(bootstrap or self.bootstrap, topic=self.state) as transport:
+            return await describe_leadership(transport, self.role)
 
     def attempts(self) -> list[Attempt]:
         """Every member's attempts, from the journals."""

@@ -33,7 +33,7 @@ turns back into attempts; an attempt that started but never logged its end
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Literal
 
@@ -191,6 +191,8 @@ class HistoryWriter:
     appended to `attempts`, and, with `journal`, written as JSON lines (a
     ``start`` line before the write, an ``end`` line after), so a process
     killed in the middle of a write leaves an ``unknown`` attempt behind.
+    `before_commit`, if given, runs inside each transaction after the send
+    (a fault test freezes the process there).
     """
 
     def __init__(
@@ -201,8 +203,10 @@ class HistoryWriter:
         *,
         clock: Clock | None = None,
         journal: IO[str] | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         self.writer = writer
+        self.before_commit = before_commit
         self.topic = topic
         self.partition = partition
         self.attempts: list[Attempt] = []
@@ -229,6 +233,8 @@ class HistoryWriter:
             async with leadership.transaction() as txn:
                 await txn.send(self.topic, encode_record(record),
                                key=self.writer.encode(), partition=self.partition)
+                if self.before_commit is not None:
+                    self.before_commit()
             outcome = "committed"
         except FencedError as exc:
             outcome, detail = "fenced", str(exc)

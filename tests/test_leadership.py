@@ -380,7 +380,9 @@ def test_the_fence_margin_is_five_seconds_or_a_third_of_the_lease():
 @pytest.mark.parametrize(
     ("role", "member", "message"),
     [("", "m", "role must not be empty"), ("r", "", "member must not be empty"),
-     ("r" * 32768, "m", "over the limit")],
+     ("r" * 32768, "m", "over the limit"),
+     ("r\udcff", "m", "role is not encodable as UTF-8"),
+     ("r", "m\ud800", "member is not encodable as UTF-8")],
 )
 async def test_bad_names_are_refused_before_any_io(role, member, message):
     class NoIO:
