@@ -261,10 +261,13 @@ class _Candidate:
         rank = challenger_index(state, self.member)
         holder = state.holder if state.lease is not None else state.cleared_member
         passed = [name for name in state.roster if name not in (holder, self.member)][:rank]
-        if state.lease is not None and state.lease.member in state.roster:
+        lapsed = state.lease.member if state.lease is not None else None
+        if lapsed is not None and lapsed in state.roster and lapsed != self.member:
             # Its lease lapsed unrenewed. (A holder that resigned keeping its
-            # registration left a vacancy instead, and stays a candidate.)
-            passed.append(state.lease.member)
+            # registration left a vacancy instead, and stays a candidate; a
+            # lapsed lease of this member id is this member's own past and
+            # its registration is the fresh one.)
+            passed.append(lapsed)
         for member in passed:
             try:
                 await self.transport.append(

@@ -19,7 +19,8 @@ processes.
 Every stdout line is a JSON event: ``leading``, ``fenced`` (the tenure ended
 on its own: ``error`` says why), ``resigned``, ``left`` (a standby that
 stopped and, with ``--leave-on-stop``, removed its registration) and
-``done``. The library's log goes to stderr.
+``done``, and ``acquire-error`` when an acquisition failed and is retried
+(after a second). The library's log goes to stderr.
 
 ``SIGUSR1`` makes the member stop itself (SIGSTOP) inside its next guarded
 transaction, after the send and before the commit, printing ``freezing``
@@ -50,6 +51,8 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport
 from tests.history import HistoryWriter
+
+ACQUIRE_BACKOFF_S = 1.0
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -152,6 +155,21 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 async def _acquire_or_stop(
+    transport: KafkaTransport, args: argparse.Namespace, clock: InjectedClock, stop: asyncio.Event
+) -> Leadership | None:
+    """Acquire the role, retrying after transport errors (a broker outage
+    outlasting the read timeout), until acquired or stopped."""
+    while not stop.is_set():
+        try:
+            return await _acquire_once(transport, args, clock, stop)
+        except Exception as exc:
+            emit("acquire-error", error=repr(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ACQUIRE_BACKOFF_S)
+    return None
+
+
+async def _acquire_once(
     transport: KafkaTransport, args: argparse.Namespace, clock: InjectedClock, stop: asyncio.Event
 ) -> Leadership | None:
     acquiring = asyncio.ensure_future(acquire_leadership(

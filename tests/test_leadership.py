@@ -201,6 +201,20 @@ async def test_bug_a_deposed_leaders_resign_fenced_its_successors_open_transacti
     assert not successor.done.done()
 
 
+async def test_bug_a_leader_that_takes_back_its_own_lapsed_lease_deregisters_itself():
+    """Found by the broker-restart fault run: the lapsed holder a new leader
+    deregisters was its own member id, so it removed its fresh registration."""
+    cluster = Cluster()
+    first = await lead(cluster, "a")
+    crash(first)
+    again = cluster.candidate("a", transport=cluster.transport())  # a restarted process
+    await cluster.until(again.done, within=LEASE + 1)
+    await cluster.advance(0)
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
+    assert state.holder == "a"
+    assert state.roster == ["a"]
+
+
 async def test_entering_a_transaction_after_the_fence_deadline_raises_fenced_error():
     cluster = Cluster()
     leader = await lead(cluster, "a")

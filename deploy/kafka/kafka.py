@@ -8,7 +8,8 @@ one JVM per node, each in its own process group (a terminal's Ctrl-C does not
 reach it; `down` stops it). Standard library only.
 
     kafka.py up     --dir DIR [--port 9092] [--nodes 1|3] [--controller-port P]
-                    [--transaction-version N] [--heap 512m] [--timeout 90]
+                    [--host 127.0.0.1] [--transaction-version N] [--heap 512m]
+                    [--timeout 90]
     kafka.py down   --dir DIR [--timeout 30]
     kafka.py status --dir DIR                       (exit 0 all up, 3 otherwise)
     kafka.py kill   --dir DIR --node N [--signal KILL|TERM|STOP|CONT]
@@ -20,6 +21,9 @@ Layout of DIR: `cluster.json` (written once the storage is formatted),
 (the JVM's stdout and stderr, appended across restarts) and `node-N/pid`.
 Node N (1-based) serves clients on port+N-1 and its controller on
 controller-port+N-1 (controller-port defaults to port+100).
+Clients reach the brokers at --host (listened on and advertised; default
+127.0.0.1, e.g. a veth address that a network namespace can reach); the
+controllers always listen on 127.0.0.1.
 `up` prints the bootstrap servers as its last stdout line once every node
 answers a real Kafka request (Metadata listing every node as an unfenced broker).
 """
@@ -78,6 +82,7 @@ class Cluster:
     heap: str
     transaction_version: int | None
     controller_port_base: int
+    host: str = "127.0.0.1"  # the brokers' listener; a cluster.json without it is loopback
 
     def node_ids(self) -> range:
         return range(1, self.nodes + 1)
@@ -89,7 +94,7 @@ class Cluster:
         return self.controller_port_base + node - 1
 
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(n)}" for n in self.node_ids())
+        return ",".join(f"{self.host}:{self.broker_port(n)}" for n in self.node_ids())
 
     def node_dir(self, node: int) -> Path:
         return Path(self.dir) / f"node-{node}"
@@ -126,12 +131,13 @@ def server_properties(cluster: Cluster, node: int) -> str:
     min_isr = 1 if cluster.nodes == 1 else 2
     voters = ",".join(f"{n}@127.0.0.1:{cluster.controller_port(n)}" for n in cluster.node_ids())
     plain, ctrl = cluster.broker_port(node), cluster.controller_port(node)
+    listeners = f"PLAINTEXT://{cluster.host}:{plain},CONTROLLER://127.0.0.1:{ctrl}"
     settings = {
         "process.roles": "broker,controller",
         "node.id": node,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{ctrl}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{ctrl}",
+        "listeners": listeners,
+        "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -272,12 +278,13 @@ def running_pid(cluster: Cluster, node: int) -> int | None:
 
 
 def check_ports_free(cluster: Cluster, node: int) -> None:
-    for port in (cluster.broker_port(node), cluster.controller_port(node)):
+    for host, port in ((cluster.host, cluster.broker_port(node)),
+                       ("127.0.0.1", cluster.controller_port(node))):
         with socket.socket() as sock:
             # As the broker does: connections in TIME_WAIT do not block a listener.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind((host, port))
             except OSError as exc:
                 raise KafkaScriptError(
                     f"port {port} (node {node}) is in use: another broker? ({exc.strerror})"
@@ -367,8 +374,9 @@ def kafka_request(
     *,
     flexible: bool = False,
     timeout: float = 2.0,
+    host: str = "127.0.0.1",
 ) -> bytes:
-    """Send one request (header v1, or v2 when flexible) to 127.0.0.1:port; return the body.
+    """Send one request (header v1, or v2 when flexible) to host:port; return the body.
 
     The response header is v0 (correlation id only); ApiVersions always answers so.
     """
@@ -377,7 +385,7 @@ def kafka_request(
     if flexible:
         header += b"\x00"  # no tagged fields
     message = header + body
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(message)) + message)
         (size,) = struct.unpack(">i", _recv_exact(sock, 4))
         response = _recv_exact(sock, size)
@@ -386,20 +394,20 @@ def kafka_request(
     return response[4:]
 
 
-def api_versions_ok(port: int) -> bool:
+def api_versions_ok(port: int, host: str = "127.0.0.1") -> bool:
     """ApiVersions v0 (supported by every broker, before any negotiation)."""
     try:
-        body = kafka_request(port, 18, 0, b"")
+        body = kafka_request(port, 18, 0, b"", host=host)
         error_code: int = struct.unpack_from(">h", body)[0]
     except (OSError, struct.error):
         return False
     return error_code == 0
 
 
-def metadata_brokers(port: int) -> set[int] | None:
+def metadata_brokers(port: int, host: str = "127.0.0.1") -> set[int] | None:
     """Node ids of the unfenced brokers a node reports (Metadata v4, no topics)."""
     try:
-        body = kafka_request(port, 3, 4, struct.pack(">ib", -1, 0))
+        body = kafka_request(port, 3, 4, struct.pack(">ib", -1, 0), host=host)
         offset = 4  # throttle_time_ms
         (count,) = struct.unpack_from(">i", body, offset)
         offset += 4
@@ -417,7 +425,7 @@ def metadata_brokers(port: int) -> set[int] | None:
 
 def node_ready(cluster: Cluster, node: int, expect: set[int]) -> bool:
     """The node answers Metadata and lists every node in `expect` as a broker."""
-    brokers = metadata_brokers(cluster.broker_port(node))
+    brokers = metadata_brokers(cluster.broker_port(node), cluster.host)
     return brokers is not None and expect <= brokers
 
 
@@ -441,10 +449,10 @@ def _skip_tags(data: bytes, offset: int) -> int:
     return offset
 
 
-def finalized_features(port: int) -> dict[str, int]:
+def finalized_features(port: int, host: str = "127.0.0.1") -> dict[str, int]:
     """Finalized feature levels (max) from ApiVersions v3's tagged field 2."""
     software = b"\x09kafka.py\x02" + b"0"  # compact strings: name, version
-    body = kafka_request(port, 18, 3, software + b"\x00", flexible=True)
+    body = kafka_request(port, 18, 3, software + b"\x00", flexible=True, host=host)
     offset = 2  # error_code
     count, offset = _uvarint(body, offset)
     for _ in range(count - 1):
@@ -521,6 +529,7 @@ def prepare(args: argparse.Namespace) -> Cluster:
         port=args.port,
         transaction_version=args.transaction_version,
         controller_port_base=controller_port,
+        host=args.host,
     )
     existing = load_cluster(directory)
     if existing is not None:
@@ -541,6 +550,7 @@ def prepare(args: argparse.Namespace) -> Cluster:
         args.heap,
         args.transaction_version,
         controller_port,
+        args.host,
     )
     format_storage(cluster)
     save_cluster(cluster)
@@ -582,7 +592,7 @@ def cmd_start_node(args: argparse.Namespace) -> int:
     cluster = existing_cluster(args.dir)
     check_node(cluster, args.node)
     start_and_wait(cluster, [args.node], {args.node}, args.timeout)
-    print(f"127.0.0.1:{cluster.broker_port(args.node)}")
+    print(f"{cluster.host}:{cluster.broker_port(args.node)}")
     return 0
 
 
@@ -608,12 +618,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     all_up = True
     for node in cluster.node_ids():
         pid = running_pid(cluster, node)
-        answering = pid is not None and api_versions_ok(cluster.broker_port(node))
+        answering = pid is not None and api_versions_ok(cluster.broker_port(node), cluster.host)
         all_up = all_up and answering
         print(
             f"node {node}: pid {pid or '-'} {'alive' if pid else 'dead'} "
             f"{'answering' if answering else 'not answering'} "
-            f"127.0.0.1:{cluster.broker_port(node)} log {cluster.log_path(node)}"
+            f"{cluster.host}:{cluster.broker_port(node)} log {cluster.log_path(node)}"
         )
     print(cluster.bootstrap())
     return 0 if all_up else EXIT_DOWN
@@ -641,7 +651,8 @@ def cmd_features(args: argparse.Namespace) -> int:
     node = next((n for n in cluster.node_ids() if running_pid(cluster, n)), None)
     if node is None:
         raise KafkaScriptError(f"no node of {cluster.dir} is running")
-    for name, level in sorted(finalized_features(cluster.broker_port(node)).items()):
+    features = finalized_features(cluster.broker_port(node), cluster.host)
+    for name, level in sorted(features.items()):
         print(f"{name}={level}")
     return 0
 
@@ -688,6 +699,11 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help=f"first controller port (default: port+{CONTROLLER_PORT_OFFSET})",
+    )
+    up.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the brokers listen on and advertise (default: 127.0.0.1)",
     )
     up.add_argument("--transaction-version", type=int, default=None)
     up.add_argument("--heap", default="512m")
