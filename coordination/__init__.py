@@ -35,7 +35,7 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 
 from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.describe import describe_leadership, describe_role_state
-from coordination.errors import FencedError, FormatError, StateTopicError
+from coordination.errors import EpochLostError, FencedError, FormatError, StateTopicError
 from coordination.evaluate import Step, evaluate
 from coordination.kafka import (
     KafkaTransport,
@@ -78,6 +78,7 @@ __all__ = [
     "NO_EPOCH",
     "Clock",
     "Coordinator",
+    "EpochLostError",
     "FencedError",
     "FencingToken",
     "FormatError",

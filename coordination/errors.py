@@ -1,8 +1,8 @@
-"""The two errors the protocol raises on purpose."""
+"""The errors the protocol raises on purpose."""
 
 from __future__ import annotations
 
-__all__ = ["FencedError", "FormatError", "StateTopicError"]
+__all__ = ["EpochLostError", "FencedError", "FormatError", "StateTopicError"]
 
 RECORD_PARTS = ("key", "registration value", "lease value")
 
@@ -35,4 +35,14 @@ class StateTopicError(Exception):
 
     The message names what is wrong and how to fix it; start-up stops rather
     than risk two partition counts splitting a role.
+    """
+
+
+class EpochLostError(Exception):
+    """The transport can no longer write under the tenure's epoch.
+
+    Its producer failed fatally or was closed (a call outlived the
+    transaction timeout), although the epoch may still be current: the
+    tenure ends at once with this error (DESIGN.md §5.2). Acquire again to
+    lead again.
     """

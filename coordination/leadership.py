@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from coordination.clock import Clock, SystemClock
-from coordination.errors import FencedError, StateTopicError
+from coordination.errors import EpochLostError, FencedError, StateTopicError
 from coordination.evaluate import challenger_index, evaluate, stagger_ms
 from coordination.follower import PartitionFollower
 from coordination.partition import role_partition
@@ -434,14 +434,14 @@ class Leadership:
             self._check_open()
             try:
                 txn = await self._begin()
-            except FencedError as exc:
+            except (FencedError, EpochLostError) as exc:
                 self._end(exc)
                 raise
             self._in_transaction = True
             try:
                 yield GuardedWriter(self, txn)
             except BaseException as exc:
-                if isinstance(exc, FencedError):
+                if isinstance(exc, (FencedError, EpochLostError)):
                     self._end(exc)
                 await self._abort_quietly(txn)
                 raise
@@ -532,7 +532,7 @@ class Leadership:
             # end of the tenure: the caller learns the broker's true answer (the
             # transport bounds the wait by the transaction timeout).
             await txn.commit()
-        except FencedError as exc:
+        except (FencedError, EpochLostError) as exc:
             self._end(exc)
             await self._abort_quietly(txn)
             raise
@@ -604,7 +604,7 @@ class Leadership:
                     )
                     self._renewed(lease)
                     return
-            except FencedError as exc:
+            except (FencedError, EpochLostError) as exc:
                 self._end(exc)
                 return
             except Exception as exc:

@@ -133,7 +133,12 @@ class GuardedTransaction(Protocol):
 
 
 class LeaseWriter(Protocol):
-    """Writes through the producer `Coordinator.acquire_epoch` bound."""
+    """Writes through the producer `Coordinator.acquire_epoch` bound.
+
+    Every write raises `FencedError` if the epoch moved on, and
+    `EpochLostError` once the producer can no longer write under the epoch
+    (failed fatally or closed); other errors may be transient.
+    """
 
     async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Commit one lease record (the role is the key's) in its own transaction.

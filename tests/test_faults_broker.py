@@ -37,8 +37,16 @@ from pathlib import Path
 
 import pytest
 
-from coordination import Lease, decode_lease, encode_key, lease_key, role_partition
-from coordination.kafka import KafkaTransport
+from coordination import (
+    EpochLostError,
+    Lease,
+    decode_lease,
+    encode_key,
+    encode_lease,
+    lease_key,
+    role_partition,
+)
+from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.fault_run import FaultReport, FaultRun, Timing, create_topics
 from tests.polling import eventually
 
@@ -423,3 +431,27 @@ async def test_bug_a_leader_that_takes_back_its_own_lapsed_lease_deregisters_its
     assert again["tenure"] > first["tenure"]
     assert state.holder == "a"
     assert state.roster == ["a"], "the leader deregistered itself"
+
+
+async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_at_once(broker):
+    """The broker stops answering (SIGSTOP): a lease write times out after the
+    transaction timeout and closes the role's producer; every later call says
+    the epoch can no longer write here (EpochLostError, DESIGN.md §5.2), at
+    once, so a Leadership ends its tenure instead of retrying."""
+    state, _ = await create_topics(broker.bootstrap, 4)
+    role = f"fault.role-{uuid.uuid4().hex[:8]}"
+    key, value = encode_key(lease_key(role)), encode_lease(Lease("a", 0, 0, 0, 1))
+    async with KafkaTransport(broker.bootstrap, topic=state) as transport:
+        await transport.acquire_epoch(role, 3.0)
+        await transport.write_lease(role_partition(role, 4), key, value)
+        broker.kill("STOP")
+        try:
+            with pytest.raises(KafkaUnavailableError, match="transaction timeout"):
+                await transport.write_lease(role_partition(role, 4), key, value)
+            started = time.monotonic()
+            with pytest.raises(ProducerFatalError) as lost:
+                await transport.write_lease(role_partition(role, 4), key, value)
+            assert isinstance(lost.value, EpochLostError)
+            assert time.monotonic() - started < 1
+        finally:
+            broker.kill("CONT")

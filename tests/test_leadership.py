@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from coordination import (
+    EpochLostError,
     FencedError,
     LeadershipOptions,
     MemoryTransport,
@@ -18,7 +19,7 @@ from coordination import (
     describe_role_state,
 )
 from tests.loop import run_ready_callbacks
-from tests.sim import LEASE, STAGGER, Cluster, SkewedClock, crash
+from tests.sim import LEASE, RENEW, STAGGER, Cluster, SkewedClock, crash
 
 
 async def lead(cluster: Cluster, member: str, **kw):
@@ -213,6 +214,44 @@ async def test_bug_a_leader_that_takes_back_its_own_lapsed_lease_deregisters_its
     state = await describe_role_state(cluster.transport(), "billing", cluster.partitions)
     assert state.holder == "a"
     assert state.roster == ["a"]
+
+
+class LosingTransport(MemoryTransport):
+    """A process whose epoch writer is gone once `lost` is set (a fatal producer)."""
+
+    lost = False
+
+    async def write_lease(self, partition, key, value):
+        if self.lost:
+            raise EpochLostError("the producer is closed")
+        return await super().write_lease(partition, key, value)
+
+    async def begin_transaction(self, role):
+        if self.lost:
+            raise EpochLostError("the producer is closed")
+        return await super().begin_transaction(role)
+
+
+async def test_a_lost_epoch_writer_ends_the_tenure_at_the_next_renewal_not_the_fence_deadline():
+    cluster = Cluster()
+    transport = LosingTransport(cluster.broker)
+    leader = await lead(cluster, "a", transport=transport)
+    transport.lost = True
+    await cluster.until(leader.done.done, within=RENEW + 0.1)
+    assert isinstance(leader.err, EpochLostError)
+    assert cluster.clock.now_ms() < leader.fence_deadline
+
+
+async def test_a_lost_epoch_writer_ends_the_tenure_when_a_transaction_begins():
+    cluster = Cluster()
+    transport = LosingTransport(cluster.broker)
+    leader = await lead(cluster, "a", transport=transport)
+    transport.lost = True
+    with pytest.raises(EpochLostError):
+        async with leader.transaction() as txn:
+            await txn.send("out", b"x", partition=0)
+    assert leader.done.done()
+    assert isinstance(leader.err, EpochLostError)
 
 
 async def test_entering_a_transaction_after_the_fence_deadline_raises_fenced_error():

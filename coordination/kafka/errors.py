@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.errors import EpochLostError
 from coordination.kafka.protocol import FENCE_ERROR_CODES
 
 __all__ = [
@@ -50,8 +51,9 @@ class KafkaUnavailableError(KafkaTransportError):
     """
 
 
-class ProducerFatalError(KafkaTransportError):
-    """A role's transactional producer failed fatally without being fenced.
+class ProducerFatalError(KafkaTransportError, EpochLostError):
+    """A role's transactional producer failed fatally without being fenced,
+    or was closed after a call outlived the transaction timeout.
 
     The producer is closed and forgotten; its epoch can no longer write
     through this transport. Acquire a new epoch to lead again.

@@ -102,7 +102,7 @@ class RoleProducer:
         if self.retired is not None:
             if asyncio.iscoroutine(work):
                 work.close()
-            raise _again(self.retired)
+            raise again_after(self.retired)
         try:
             return await asyncio.wait_for(work, self.timeout)
         except TimeoutError as exc:
@@ -141,7 +141,7 @@ class RoleProducer:
 
     def _raise_if_retired(self) -> None:
         if self.retired is not None:
-            raise _again(self.retired)
+            raise again_after(self.retired)
 
     async def _retire_fatal(self, what: str) -> BaseException:
         cause = _fatal_cause(self.producer)
@@ -310,10 +310,10 @@ def _retrieve_failures(producer: Any) -> None:
         _retrieve(batch._drain_waiter)
 
 
-def _again(error: BaseException) -> BaseException:
-    """A fresh exception of the same kind as `error`, for a later call."""
+def again_after(error: BaseException) -> BaseException:
+    """A fresh exception for a call after a producer retired with `error`."""
     if isinstance(error, FencedError):
         return FencedError(str(error))
-    if isinstance(error, KafkaTransportError):
-        return type(error)(str(error))
-    return ProducerFatalError(str(error))
+    if isinstance(error, ProducerFatalError):
+        return ProducerFatalError(str(error))
+    return ProducerFatalError(f"the producer is closed: {error}")

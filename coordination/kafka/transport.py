@@ -60,7 +60,7 @@ from coordination.errors import FencedError
 from coordination.kafka.admin import TopicChecker
 from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
-from coordination.kafka.fenced import KafkaGuardedTransaction, RoleProducer
+from coordination.kafka.fenced import KafkaGuardedTransaction, RoleProducer, again_after
 from coordination.kafka.lifecycle import (
     servers_text,
     start_bounded,
@@ -332,10 +332,8 @@ class KafkaTransport:
         if owner is not None:
             return owner
         ended = self._ended.get(role)
-        if isinstance(ended, FencedError):
-            raise FencedError(str(ended))
         if ended is not None:
-            raise type(ended)(str(ended))
+            raise again_after(ended)
         raise RuntimeError(f"no epoch acquired for role {role!r} on this transport")
 
     def _retired(self, owner: RoleProducer, error: BaseException) -> None:
