@@ -1,5 +1,7 @@
 """A candidate's view of its role's partition: read once, then tail.
 
+Records are folded into the role's state as they arrive and not kept, so a
+standby that waits for days costs O(roster) per record, not O(log).
 Waiting is event-driven: a standby wakes on the next committed record (a
 renewal, a resignation's tombstone) within one fetch round trip, or at the
 instant `evaluate` named, whichever comes first.
@@ -9,23 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 from coordination.clock import Clock
-from coordination.state import Record, RoleState, build_role_state
+from coordination.state import Record, RoleFold, RoleState
 from coordination.transport import PartitionRead, PartitionTail, StateReader
 
 __all__ = ["PartitionFollower"]
 
 
 class PartitionFollower:
-    """The committed records of one partition, kept current by a tail."""
+    """One role's state from its partition's committed records, kept current
+    by a tail."""
 
-    def __init__(self, reader: StateReader, partition: int, clock: Clock) -> None:
+    def __init__(self, reader: StateReader, partition: int, role: str, clock: Clock) -> None:
         self._reader = reader
         self.partition = partition
+        self.role = role
         self._clock = clock
-        self.records: list[Record] = []
+        self._fold = RoleFold(role)
+        self._next_offset = 0
         self.last_stable_offset = 0
         self.high_watermark = 0
         self._tail: PartitionTail | None = None
@@ -34,14 +40,16 @@ class PartitionFollower:
     async def refresh(self) -> None:
         """Re-read the partition from its first offset to the last stable offset."""
         read = await self._reader.read_partition(self.partition)
-        self.records = list(read.records)
+        self._fold = RoleFold(self.role)
+        self._next_offset = 0
+        self._fold_new(read.records)
         self._marks(read)
         await self._drop_tail()
         self._tail = await self._reader.tail(self.partition, read.last_stable_offset)
 
-    def state(self, role: str) -> RoleState:
-        """`role`'s state as of the records read so far."""
-        return build_role_state(role, self.records)
+    def state(self) -> RoleState:
+        """The role's state as of the records read so far (a snapshot)."""
+        return self._fold.snapshot()
 
     async def wait(self, until_ms: int | None) -> bool:
         """Wait for the partition to change, or for `until_ms` on the clock.
@@ -71,9 +79,14 @@ class PartitionFollower:
         return True
 
     def _apply(self, read: PartitionRead) -> None:
-        last = self.records[-1].offset if self.records else -1
-        self.records.extend(r for r in read.records if r.offset > last)
+        self._fold_new(read.records)
         self._marks(read)
+
+    def _fold_new(self, records: Iterable[Record]) -> None:
+        for record in records:
+            if record.offset >= self._next_offset:
+                self._fold.apply(record)
+                self._next_offset = record.offset + 1
 
     def _marks(self, read: PartitionRead) -> None:
         self.last_stable_offset = read.last_stable_offset

@@ -163,7 +163,7 @@ class _Candidate:
         self.options = options
         self.clock = clock
         self.partition = role_partition(role, options.partitions)
-        self.follower = PartitionFollower(transport, self.partition, clock)
+        self.follower = PartitionFollower(transport, self.partition, role, clock)
         self.registered_offset: int | None = None
         self.losses = 0
         self.not_before = 0
@@ -186,7 +186,7 @@ class _Candidate:
         if not self._own_registration_visible():
             await self.follower.wait(None)
             return None
-        state = self.follower.state(self.role)
+        state = self.follower.state()
         self._forget_backoff_if_lease_moved(state)
         self._warn_if_member_id_shared(state)
         now = self.clock.now_ms()
@@ -221,7 +221,7 @@ class _Candidate:
         await self.follower.refresh()
         if await self._stalled():
             return None
-        state = self.follower.state(self.role)
+        state = self.follower.state()
         now = self.clock.now_ms()
         step = evaluate(state, self.member, now, self.options.challenge_stagger)
         if step.action != "challenge" or now < self.not_before:
@@ -301,7 +301,7 @@ class _Candidate:
         if follower.last_stable_offset < seen_hw:
             self.stall_expired_at_lso = follower.last_stable_offset
         await follower.refresh()
-        state = follower.state(self.role)
+        state = follower.state()
         self._defer_to(ended + challenger_index(state, self.member) * self.options.stagger_ms,
                        state)
         return True
@@ -312,7 +312,7 @@ class _Candidate:
         self.losses += 1
         fenced_at = self.clock.now_ms()
         await self.follower.refresh()
-        state = self.follower.state(self.role)
+        state = self.follower.state()
         backoff = min(2 ** (self.losses - 1), MAX_BACKOFF_LEASES) * self.options.lease_ms
         rank = challenger_index(state, self.member)
         self._defer_to(fenced_at + backoff + rank * self.options.stagger_ms, state)

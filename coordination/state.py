@@ -8,13 +8,13 @@ clock; `evaluate` decides what a member does with the state at an instant.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordination.errors import FormatError
 from coordination.records import Kind, Lease, decode_key, decode_lease, decode_registration
 from coordination.token import FencingToken
 
-__all__ = ["Record", "RoleState", "RosterEntry", "build_role_state"]
+__all__ = ["Record", "RoleFold", "RoleState", "RosterEntry", "build_role_state"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,24 +106,43 @@ def build_role_state(role: str, records: Iterable[Record]) -> RoleState:
     nothing and is listed in `RoleState.errors`; an undecodable key cannot be
     attributed to a role, so every role built from the partition lists it.
     """
-    state = RoleState(role)
-    tenures: dict[FencingToken, int] = {}
+    fold = RoleFold(role)
     for record in records:
+        fold.apply(record)
+    return fold.state
+
+
+class RoleFold:
+    """`build_role_state` one record at a time, for a reader that keeps up
+    with a partition: each record costs O(roster), whatever the log's length.
+    """
+
+    def __init__(self, role: str) -> None:
+        self.state = RoleState(role)
+        self._tenures: dict[FencingToken, int] = {}
+
+    def apply(self, record: Record) -> None:
+        """Fold the next record of the partition (offsets must increase)."""
+        state = self.state
         try:
             key = decode_key(record.key)
         except FormatError as exc:
             state.errors.append((record.offset, str(exc)))
-            continue
-        if key.role != role:
-            continue
+            return
+        if key.role != state.role:
+            return
         try:
             if key.kind == Kind.REGISTRATION:
                 _fold_registration(state, record, key.member)
             else:
-                _fold_lease(state, record, tenures)
+                _fold_lease(state, record, self._tenures)
         except FormatError as exc:
             state.errors.append((record.offset, str(exc)))
-    return state
+
+    def snapshot(self) -> RoleState:
+        """A copy of the state so far, unaffected by later records."""
+        return replace(self.state, entries=list(self.state.entries),
+                       errors=list(self.state.errors))
 
 
 def _fold_registration(state: RoleState, record: Record, member: str) -> None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import gc
 import heapq
 import itertools
@@ -65,7 +64,6 @@ from coordination import (
     decode_lease,
     role_partition,
 )
-from coordination import state as state_module
 from coordination.memory import MAX_EPOCH
 from tests.history import HistoryReport, HistoryWriter, check_history
 from tests.sim import STATE, FaultyTransport, MemberClock, ProcessCrashed, quiesce
@@ -325,7 +323,7 @@ class Simulation:
         """
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self._loop_error)
-        with _memoized_decoders(), _quiet_library_logs():
+        with _quiet_library_logs():
             report = await self._run()
         for process in self.every_process:  # drop the finished tasks and what they hold
             process.tasks.clear()
@@ -699,26 +697,6 @@ class Simulation:
                              f"under {token} (tenure {tenure}) follows tenure {newest}")
             newest = max(newest, tenure)
         return found
-
-
-@contextlib.contextmanager
-def _memoized_decoders() -> Iterator[None]:
-    """Memoize the record decoders `build_role_state` calls, for one run.
-
-    A standby re-folds every record its follower holds at each wake-up, so a
-    simulated hour decodes the same bytes many thousand times. The decoders
-    are pure functions of bytes returning frozen values (and an error is not
-    cached), so memoizing them changes no result, only the time a run takes.
-    """
-    names = ("decode_key", "decode_lease", "decode_registration")
-    originals = {name: getattr(state_module, name) for name in names}
-    try:
-        for name, decode in originals.items():
-            setattr(state_module, name, functools.lru_cache(maxsize=None)(decode))
-        yield
-    finally:
-        for name, decode in originals.items():
-            setattr(state_module, name, decode)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from coordination import FencingToken, Registration, build_role_state, encode_registration
 from coordination.records import encode_key, lease_key, registration_key
+from coordination.state import RoleFold
 from tests.logs import Log
 
 T1 = FencingToken(1000, 0)
@@ -175,3 +176,32 @@ def test_a_vacant_role_has_no_tenure():
     log.lease("r", "b", T2, deadline=20)
     log.clear_lease("r")
     assert build_role_state("r", log.records).tenure is None
+
+
+def test_folding_record_by_record_gives_the_state_build_role_state_gives():
+    log = Log()
+    log.register("r", "a")
+    log.register("r", "b")
+    log.lease("r", "a", T1, deadline=5)
+    log.register("other", "x")
+    log.raw(b"\x00garbage", b"")
+    log.lease("r", "a", T1, deadline=5)
+    log.clear_lease("r")
+    log.lease("r", "b", T2, deadline=9)
+    fold = RoleFold("r")
+    for record in log.records:
+        fold.apply(record)
+    assert fold.state == build_role_state("r", log.records)
+
+
+def test_a_snapshot_of_a_fold_does_not_change_with_later_records():
+    log = Log()
+    log.register("r", "a")
+    fold = RoleFold("r")
+    fold.apply(log.records[0])
+    snapshot = fold.snapshot()
+    fold.apply(log.register("r", "b"))
+    fold.apply(log.raw(b"\x00garbage", b""))
+    assert snapshot.roster == ["a"]
+    assert snapshot.errors == []
+    assert fold.state.roster == ["a", "b"]
