@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("scenario", "trials", "violations", "attempted", "committed",
-           "fenced: by broker / by library", "lease renewals refused",
+           "fenced: by broker / by library", "tenures ended by a broker refusal",
            "unknown (visible)", "lost", "longest gap ms, median / max",
            "failover ms, median / max")
 
@@ -49,7 +49,7 @@ def table(reports: list[dict[str, Any]]) -> str:
             scenario, str(len(runs)), str(sum(len(run["violations"]) for run in runs)),
             str(total("attempted")), str(total("committed")),
             f"{total('refused_by_broker')} / {total('refused_by_library')}",
-            str(total("leases_refused")),
+            str(total("tenures_refused")),
             f"{total('unknown')} ({total('unknown_visible')})", str(total("lost")),
             _spread([run["longest_gap_ms"] for run in runs]), _spread(failovers),
         ]

@@ -13,8 +13,8 @@ what the fault cost:
 - ``refused_by_library``: guarded writes the library refused before they
   reached Kafka, because the tenure had already ended (its fence deadline
   passed, or a renewal had been fenced);
-- ``leases_refused``: tenures that ended because the broker refused a lease
-  renewal;
+- ``tenures_refused``: tenures that ended because the broker refused one of
+  their writes (a lease renewal or a guarded write);
 - ``longest_gap_ms``: the longest time between two consecutive committed
   writes (any writer), i.e. how long the role was without a working leader;
 - ``failover_ms``: from the fault to the first commit of a later tenure.
@@ -85,7 +85,7 @@ class FaultReport:
     tenures: int
     refused_by_broker: int
     refused_by_library: int
-    leases_refused: int
+    tenures_refused: int
     longest_gap_ms: int
     failover_ms: int | None
 
@@ -251,7 +251,7 @@ def fault_report(
         tenures=history.tenures,
         refused_by_broker=sum(1 for a in fenced if refused_by_broker(a.detail)),
         refused_by_library=sum(1 for a in fenced if not refused_by_broker(a.detail)),
-        leases_refused=sum(1 for e in fenced_events if refused_by_broker(e["error"])),
+        tenures_refused=sum(1 for e in fenced_events if refused_by_broker(e["error"])),
         longest_gap_ms=max(gaps, default=0),
         failover_ms=_failover_ms(commits, fault_at_ms),
     )

@@ -42,7 +42,7 @@ def test_the_report_counts_refusals_the_longest_gap_and_the_failover():
     report = fault_report("zombie", check_history(output, attempts), attempts, fenced_events,
                           fault_at_ms=1_200)
     assert (report.refused_by_broker, report.refused_by_library) == (1, 1)
-    assert report.leases_refused == 1
+    assert report.tenures_refused == 1
     assert report.longest_gap_ms == 2_500
     assert report.failover_ms == 2_400
     assert report.ok
@@ -51,7 +51,7 @@ def test_the_report_counts_refusals_the_longest_gap_and_the_failover():
 def test_the_table_has_a_row_per_scenario_with_sums_and_spreads():
     base = {"attempted": 10, "committed": 9, "fenced": 1, "unknown": 0, "unknown_visible": 0,
             "lost": 0, "duplicates": 0, "violations": [], "tenures": 2, "refused_by_broker": 1,
-            "refused_by_library": 0, "leases_refused": 1, "longest_gap_ms": 2000,
+            "refused_by_library": 0, "tenures_refused": 1, "longest_gap_ms": 2000,
             "failover_ms": 1900}
     reports = [{**base, "scenario": "sigkill"},
                {**base, "scenario": "sigkill", "longest_gap_ms": 3000, "failover_ms": None},
