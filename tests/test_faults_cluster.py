@@ -314,6 +314,8 @@ class CoordinatorWatch:
                     seen = type(exc).__name__
                 if not self.changes or self.changes[-1][1] != seen:
                     self.changes.append([now_ms() - self.since_ms, seen])
+                # A sampling period, not a wait for a condition: the watch
+                # measures how long the coordinator was away.
                 await asyncio.sleep(self.EVERY_S)
 
 

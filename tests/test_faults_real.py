@@ -19,6 +19,7 @@ from coordination import FencingToken, Key, Kind, decode_key, role_partition
 from tests.fault_run import TRIALS, FaultRun, Timing, create_topics
 from tests.kafka_io import read_committed
 from tests.polling import eventually
+from tests.processes import Service
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +72,16 @@ async def test_sigkill_of_the_leader_loses_no_committed_write(run, trial):
     assert successor["tenure"] > 0
 
 
+async def leader_and_standby(run: FaultRun) -> tuple[Service, Service]:
+    """a leads and has committed a few writes; b is registered behind it."""
+    a = run.start("a")
+    a.wait_for("leading", TIMEOUT)
+    b = run.start("b")
+    await wait_roster(run, ["a", "b"])
+    await eventually(lambda: _committed_by(run, "a"), lambda n: n >= 5, within=TIMEOUT)
+    return a, b
+
+
 async def _attempted(run: FaultRun) -> int:
     return len(run.attempts())
 
@@ -84,11 +95,7 @@ async def _committed_by(run: FaultRun, member: str) -> int:
 async def test_sigstop_past_the_deadline_then_sigcont_commits_nothing_after_the_successor(
     run, trial
 ):
-    a = run.start("a")
-    a.wait_for("leading", TIMEOUT)
-    b = run.start("b")
-    await wait_roster(run, ["a", "b"])
-    await eventually(lambda: _committed_by(run, "a"), lambda n: n >= 5, within=TIMEOUT)
+    a, b = await leader_and_standby(run)
     stopped_at = now_ms()
     a.signal(signal.SIGSTOP)
     b.wait_for("leading", TIMEOUT)
@@ -112,11 +119,7 @@ async def test_a_leader_frozen_at_any_instant_whose_clock_comes_back_behind_comm
     writes. Its next writes are refused by the broker, or, if the freeze
     caught a call in flight, that call outlives the transaction timeout and
     ends the tenure as unknown; either way none is visible."""
-    a = run.start("a")
-    a.wait_for("leading", TIMEOUT)
-    b = run.start("b")
-    await wait_roster(run, ["a", "b"])
-    await eventually(lambda: _committed_by(run, "a"), lambda n: n >= 5, within=TIMEOUT)
+    a, b = await leader_and_standby(run)
     frozen_at = now_ms()
     a.signal(signal.SIGSTOP)
     b.wait_for("leading", TIMEOUT)
@@ -138,11 +141,7 @@ async def test_a_leader_frozen_inside_an_open_transaction_is_refused_by_the_brok
 ):
     """The zombie at its worst: frozen after sending, before committing, with
     its clock set back on thawing, so it commits at once."""
-    a = run.start("a")
-    a.wait_for("leading", TIMEOUT)
-    b = run.start("b")
-    await wait_roster(run, ["a", "b"])
-    await eventually(lambda: _committed_by(run, "a"), lambda n: n >= 5, within=TIMEOUT)
+    a, b = await leader_and_standby(run)
     a.signal(signal.SIGUSR1)
     frozen_at = a.wait_for("freezing", TIMEOUT)["t_ms"]
     await eventually(lambda: _process_state(a.pid), lambda state: state == "T", within=TIMEOUT)
