@@ -1,6 +1,7 @@
 """Real-process fault runs on real Kafka, ending with the history checker.
 
-A `FaultRun` owns one role on a fresh state topic and output topic, starts
+A `FaultRun` owns one role on a fresh state topic and output topic
+(`tests.kafka_io.create_state_and_output_topics`), starts
 `tests.fault_member` processes for it (each with a journal of its guarded
 writes and a clock file the test can move), and stops every one of them by
 PID. `FaultRun.report` reads the output partition as a read_committed
@@ -36,8 +37,6 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordination import (
     LeadershipStatus,
@@ -97,29 +96,6 @@ class FaultReport:
     def line(self) -> str:
         """The report as one ``FAULT-REPORT`` JSON line."""
         return "FAULT-REPORT " + json.dumps(asdict(self), sort_keys=True)
-
-
-async def create_topics(
-    bootstrap: str,
-    partitions: int,
-    *,
-    replication: int = 1,
-    state_configs: dict[str, str] | None = None,
-) -> tuple[str, str]:
-    """A fresh compacted state topic and a one-partition output topic."""
-    suffix = uuid.uuid4().hex[:8]
-    state, output = f"state-{suffix}", f"output-{suffix}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([
-            NewTopic(state, partitions, replication,
-                     topic_configs={"cleanup.policy": "compact", **(state_configs or {})}),
-            NewTopic(output, 1, replication),
-        ])
-    finally:
-        await admin.close()
-    return state, output
 
 
 class FaultRun:

@@ -9,7 +9,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
 
-async def create_state_and_output_topics(bootstrap: str, partitions: int) -> tuple[str, str]:
+async def create_state_and_output_topics(
+    bootstrap: str,
+    partitions: int,
+    *,
+    replication: int = 1,
+    state_configs: dict[str, str] | None = None,
+) -> tuple[str, str]:
     """A fresh compacted state topic with `partitions` and a one-partition output topic."""
     suffix = uuid.uuid4().hex[:8]
     state, output = f"state-{suffix}", f"output-{suffix}"
@@ -17,8 +23,9 @@ async def create_state_and_output_topics(bootstrap: str, partitions: int) -> tup
     await admin.start()
     try:
         await admin.create_topics([
-            NewTopic(state, partitions, 1, topic_configs={"cleanup.policy": "compact"}),
-            NewTopic(output, 1, 1),
+            NewTopic(state, partitions, replication,
+                     topic_configs={"cleanup.policy": "compact", **(state_configs or {})}),
+            NewTopic(output, 1, replication),
         ])
     finally:
         await admin.close()

@@ -47,7 +47,8 @@ from coordination import (
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
-from tests.fault_run import FaultReport, FaultRun, Timing, create_topics
+from tests.fault_run import FaultReport, FaultRun, Timing
+from tests.kafka_io import create_state_and_output_topics
 from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -220,7 +221,7 @@ def namespace_broker(namespace, tmp_path) -> Iterator[Broker]:
 
 
 async def _fault_run(broker: Broker, folder: Path) -> AsyncIterator[FaultRun]:
-    state, output = await create_topics(broker.bootstrap, 4)
+    state, output = await create_state_and_output_topics(broker.bootstrap, 4)
     fault_run = FaultRun(broker.bootstrap, state, output, folder, timing=TIMING)
     try:
         yield fault_run
@@ -438,7 +439,7 @@ async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_a
     transaction timeout and closes the role's producer; every later call says
     the epoch can no longer write here (EpochLostError, DESIGN.md §5.2), at
     once, so a Leadership ends its tenure instead of retrying."""
-    state, _ = await create_topics(broker.bootstrap, 4)
+    state, _ = await create_state_and_output_topics(broker.bootstrap, 4)
     role = f"fault.role-{uuid.uuid4().hex[:8]}"
     key, value = encode_key(lease_key(role)), encode_lease(Lease("a", 0, 0, 0, 1))
     async with KafkaTransport(broker.bootstrap, topic=state) as transport:

@@ -69,7 +69,8 @@ from aiokafka.errors import (
 
 from coordination import FencingToken, LeadershipStatus, describe_leadership, role_partition
 from coordination.kafka import KafkaTransport
-from tests.fault_run import FaultReport, FaultRun, Timing, create_topics, refused_by_broker
+from tests.fault_run import FaultReport, FaultRun, Timing, refused_by_broker
+from tests.kafka_io import create_state_and_output_topics
 from tests.polling import eventually
 from tests.processes import Service
 
@@ -165,8 +166,8 @@ def cluster(tmp_path):
 @pytest.fixture
 async def run(cluster, tmp_path):
     """A role on fresh replicated topics of the cluster; its members stopped by PID."""
-    state, output = await create_topics(cluster.bootstrap, 4, replication=NODES,
-                                        state_configs=STATE_CONFIGS)
+    state, output = await create_state_and_output_topics(
+        cluster.bootstrap, 4, replication=NODES, state_configs=STATE_CONFIGS)
     await _set_topic_configs(cluster.bootstrap, output, MIN_ISR)
     folder = tmp_path / "members"
     folder.mkdir()
@@ -183,7 +184,8 @@ async def run(cluster, tmp_path):
 
 
 async def _set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
-    """`create_topics` configures only the state topic; the output topic gets its own here."""
+    """`create_state_and_output_topics` configures only the state topic; the
+    output topic gets its own here."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from coordination import FencingToken, Key, Kind, decode_key, role_partition
-from tests.fault_run import TRIALS, FaultRun, Timing, create_topics
-from tests.kafka_io import read_committed
+from tests.fault_run import TRIALS, FaultRun, Timing
+from tests.kafka_io import create_state_and_output_topics, read_committed
 from tests.polling import eventually
 from tests.processes import Service
 
@@ -35,7 +35,7 @@ def now_ms() -> int:
 @pytest.fixture
 async def run(kafka_bootstrap, tmp_path):
     """A role on fresh topics of the session broker; its members stopped by PID at the end."""
-    state, output = await create_topics(kafka_bootstrap, 4)
+    state, output = await create_state_and_output_topics(kafka_bootstrap, 4)
     fault_run = FaultRun(kafka_bootstrap, state, output, tmp_path, timing=TIMING)
     try:
         yield fault_run
@@ -248,7 +248,8 @@ CHURNERS = 6
 @pytest.fixture
 async def compacting_run(kafka_bootstrap, tmp_path):
     """A role whose state topic the broker's cleaner compacts within seconds."""
-    state, output = await create_topics(kafka_bootstrap, 4, state_configs=EAGER_COMPACTION)
+    state, output = await create_state_and_output_topics(kafka_bootstrap, 4,
+                                                         state_configs=EAGER_COMPACTION)
     fault_run = FaultRun(kafka_bootstrap, state, output, tmp_path, timing=TIMING)
     try:
         yield fault_run
