@@ -1,4 +1,4 @@
-"""A worker cut off from the broker stops the demo role's function at the fence deadline.
+"""A worker cut off from the broker stops the demo role's function by the fence deadline.
 
 This test stops a broker, so it starts its own (the session broker is shared
 by every other integration test) and stops it by PID at the end.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def own_broker(tmp_path):
         _kafka("down", "--dir", str(folder), timeout=120)
 
 
-def test_a_worker_cut_off_from_the_broker_stops_the_role_at_the_fence_deadline(own_broker,
+def test_a_worker_cut_off_from_the_broker_stops_the_role_by_the_fence_deadline(own_broker,
                                                                               tmp_path):
     folder, bootstrap = own_broker
     group = AppGroup(bootstrap, tmp_path, partitions=2, lease=LEASE, renew=1.5, stagger=0.5)
@@ -52,6 +53,7 @@ def test_a_worker_cut_off_from_the_broker_stops_the_role_at_the_fence_deadline(o
             return demo if demo.get("running") and demo.get("fence_deadline") else None
 
         poll(leading, 120, "the worker leading the demo role")
+        cut_at = time.time_ns() // 1_000_000
         stopped = _kafka("down", "--dir", str(folder), timeout=120)
         assert stopped.returncode == 0, stopped.stderr
 
@@ -62,10 +64,16 @@ def test_a_worker_cut_off_from_the_broker_stops_the_role_at_the_fence_deadline(o
         demo = poll(function_stopped, LEASE * 4, "the demo function stopped")
         stop = demo["last_stop"]
         assert stop["reason"] == "fenced"
-        # Stopped at the fence deadline (within scheduling delay), before the lease ran out.
-        assert stop["fence_deadline"] <= stop["at"] < stop["fence_deadline"] + 1000
+        # Stopped by the fence deadline (within scheduling delay), before the lease
+        # ran out: at the deadline when renewals just failed, earlier when the
+        # role's producer failed fatally as the broker shut down (the epoch can
+        # no longer write: EpochLostError ends the tenure at once).
+        assert cut_at <= stop["at"] < stop["fence_deadline"] + 1000
         assert stop["at"] < stop["fence_deadline"] + MARGIN_MS
-        assert "fence deadline" in stop["error"]
+        if "fence deadline" in stop["error"]:
+            assert stop["at"] >= stop["fence_deadline"]
+        else:
+            assert "producer" in stop["error"], stop["error"]
         assert demo["leading"] is False
         # Shutdown with the broker gone is still bounded (the role service gives up
         # resigning after its timeout; Faust's consumer may need its own).
