@@ -17,8 +17,7 @@ from typing import Any
 
 from mode import Service
 
-from agents.roles import RoleRunner
-from agents.timed_transport import TimedTransport
+from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 from coordination import LeadershipOptions
 
@@ -59,11 +58,11 @@ class RoleService(Service):
         settings = ctx.settings
         options = LeadershipOptions(settings.partitions, settings.lease_duration,
                                     settings.renew_interval, settings.challenge_stagger)
-        timed = TimedTransport(transport, ctx.metrics.lease_written)
+        observer = MetricsObserver(ctx.metrics)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):
-            runner = RoleRunner(timed, name, fn, member, options, clock=ctx.clock,
-                                observer=ctx.metrics)
+            runner = RoleRunner(transport, name, fn, member, options, clock=ctx.clock,
+                                observer=observer)
             ctx.runners[name] = runner
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))

@@ -16,6 +16,7 @@ into a 503 too, never a 500.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -237,7 +238,10 @@ class Views:
             "connected": self.ctx.transport is not None,
             "roles": {
                 name: {"leading": runner.leading, "running": runner.running,
-                       "tenures": runner.tenures, "last_stop": runner.last_stop,
+                       "tenures": runner.tenures,
+                       "state": runner.state.value,
+                       "last_stop": None if runner.last_stop is None
+                       else dataclasses.asdict(runner.last_stop),
                        "fence_deadline": None if runner.leadership is None
                        else runner.leadership.fence_deadline}
                 for name, runner in sorted(self.ctx.runners.items())

@@ -35,7 +35,15 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 
 from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.describe import describe_leadership, describe_role_state
-from coordination.errors import EpochLostError, FencedError, FormatError, StateTopicError
+from coordination.errors import (
+    CoordinationError,
+    EpochLostError,
+    FencedError,
+    FormatError,
+    InvalidStateError,
+    OutcomeUnknownError,
+    StateTopicError,
+)
 from coordination.evaluate import Step, evaluate
 from coordination.kafka import (
     KafkaTransport,
@@ -43,7 +51,13 @@ from coordination.kafka import (
     KafkaUnavailableError,
     ProducerFatalError,
 )
-from coordination.leadership import GuardedWriter, Leadership, LeadershipOptions, acquire_leadership
+from coordination.leadership import (
+    GuardedWriter,
+    Leadership,
+    LeadershipOptions,
+    TenureState,
+    acquire_leadership,
+)
 from coordination.memory import MemoryBroker, MemoryTransport
 from coordination.partition import murmur2, role_partition, to_positive
 from coordination.records import (
@@ -60,6 +74,13 @@ from coordination.records import (
     lease_key,
     registration_key,
 )
+from coordination.runner import (
+    LeaderRunner,
+    RoleFunction,
+    RunnerObserver,
+    RunnerState,
+    TenureStop,
+)
 from coordination.state import Record, RoleState, RosterEntry, build_role_state
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
@@ -71,12 +92,14 @@ from coordination.transport import (
     PartitionTail,
     Registrar,
     StateReader,
+    TopicCheck,
     Transport,
 )
 
 __all__ = [
     "NO_EPOCH",
     "Clock",
+    "CoordinationError",
     "Coordinator",
     "EpochLostError",
     "FencedError",
@@ -84,11 +107,13 @@ __all__ = [
     "FormatError",
     "GuardedTransaction",
     "GuardedWriter",
+    "InvalidStateError",
     "KafkaTransport",
     "KafkaTransportError",
     "KafkaUnavailableError",
     "Key",
     "Kind",
+    "LeaderRunner",
     "Leadership",
     "LeadershipOptions",
     "LeadershipStatus",
@@ -97,18 +122,25 @@ __all__ = [
     "ManualClock",
     "MemoryBroker",
     "MemoryTransport",
+    "OutcomeUnknownError",
     "PartitionRead",
     "PartitionTail",
     "ProducerFatalError",
     "Record",
     "Registrar",
     "Registration",
+    "RoleFunction",
     "RoleState",
     "RosterEntry",
+    "RunnerObserver",
+    "RunnerState",
     "StateReader",
     "StateTopicError",
     "Step",
     "SystemClock",
+    "TenureState",
+    "TenureStop",
+    "TopicCheck",
     "Transport",
     "acquire_leadership",
     "build_role_state",

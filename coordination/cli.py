@@ -85,7 +85,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             return state_json(state, role_partition(args.role, args.partitions))
         before = await describe_leadership(transport, args.role)
         token = await transport.acquire_epoch(args.role, args.transaction_timeout)
-        await transport.release(args.role)
+        await transport.release(args.role, token)
         return {
             "role": args.role,
             "fenced": status_json(before)["token"],

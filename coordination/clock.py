@@ -1,8 +1,15 @@
-"""Clocks: the wall clock leases are written in, and a manual one for tests.
+"""Clocks: the wall clock records are written in, the monotonic clock local
+deadlines are measured on, and a manual clock for tests.
 
-The lease deadline is a wall-clock instant written by the holder and read by
-challengers, so clock skew moves failover time by the size of the skew. No
-clock takes part in the fence, so skew never affects safety.
+Two clocks, because they answer two questions. A lease record carries
+wall-clock instants (epoch milliseconds) because other processes read them:
+a challenger compares the holder's written deadline with its own wall clock,
+so skew between members moves failover time by the size of the skew. The
+leader's own fence deadline is a local duration, measured on the monotonic
+clock from the moment its lease write was sent, so a step of the leader's
+wall clock (NTP, a VM restored from a snapshot, an operator) can neither
+extend nor shorten the time it trusts its lease. No clock takes part in the
+broker's fence.
 """
 
 from __future__ import annotations
@@ -17,19 +24,27 @@ __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 
 class Clock(Protocol):
-    """Wall-clock time in epoch milliseconds, and sleeping until an instant."""
+    """Wall-clock time for records, monotonic time for local deadlines."""
 
     def now_ms(self) -> int:
-        """The current time in epoch milliseconds."""
+        """The current wall-clock time in epoch milliseconds."""
         ...
 
     async def sleep_until(self, at_ms: int) -> None:
-        """Return once `now_ms()` has reached `at_ms`."""
+        """Return once `now_ms()` has reached `at_ms` (a wall-clock instant)."""
+        ...
+
+    def monotonic_ms(self) -> int:
+        """Milliseconds on a clock that never steps (its origin is arbitrary)."""
+        ...
+
+    async def sleep_until_monotonic(self, at_ms: int) -> None:
+        """Return once `monotonic_ms()` has reached `at_ms`."""
         ...
 
 
 class SystemClock:
-    """The machine's wall clock."""
+    """The machine's wall clock and its monotonic clock."""
 
     def now_ms(self) -> int:
         """The current time in epoch milliseconds."""
@@ -44,48 +59,95 @@ class SystemClock:
         while (remaining := at_ms - self.now_ms()) > 0:  # noqa: ASYNC110
             await asyncio.sleep(remaining / 1000)
 
+    def monotonic_ms(self) -> int:
+        """`time.monotonic()` in milliseconds."""
+        return time.monotonic_ns() // 1_000_000
+
+    async def sleep_until_monotonic(self, at_ms: int) -> None:
+        """Sleep until the monotonic clock reaches `at_ms`.
+
+        asyncio's timers run on the monotonic clock, so one sleep suffices;
+        the loop only absorbs the rounding to whole milliseconds.
+        """
+        while (remaining := at_ms - self.monotonic_ms()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(remaining / 1000)
+
 
 class ManualClock:
-    """A clock that moves only when a test calls `advance`.
+    """A clock that moves only when a test says so.
 
-    Sleepers wake in deadline order when the clock passes their instant, so a
-    test drives lease deadlines, renewals and challenge slots without sleeping.
+    `advance` moves both clocks forward; `step_wall` moves only the wall
+    clock, either way, as NTP does. Sleepers wake in deadline order when
+    their clock passes their instant, so a test drives lease deadlines,
+    renewals and challenge slots without sleeping.
     """
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self._now_ms = start_ms
-        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._mono_ms = 0
+        self._wall_offset_ms = start_ms
         self._order = itertools.count()
+        # (instant on the sleeper's clock, order, waiter), one heap per clock
+        self._wall_sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._mono_sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
 
     def now_ms(self) -> int:
-        """The clock's current time in epoch milliseconds."""
-        return self._now_ms
+        """The clock's wall-clock time in epoch milliseconds."""
+        return self._mono_ms + self._wall_offset_ms
+
+    def monotonic_ms(self) -> int:
+        """The clock's monotonic time: milliseconds advanced since it was made."""
+        return self._mono_ms
 
     async def sleep_until(self, at_ms: int) -> None:
-        """Wait until `advance` has moved the clock to `at_ms` or beyond."""
-        if at_ms <= self._now_ms:
+        """Wait until the wall clock reaches `at_ms`."""
+        if at_ms <= self.now_ms():
             return
+        await self._sleep(self._wall_sleepers, at_ms)
+
+    async def sleep_until_monotonic(self, at_ms: int) -> None:
+        """Wait until the monotonic clock reaches `at_ms`."""
+        if at_ms <= self._mono_ms:
+            return
+        await self._sleep(self._mono_sleepers, at_ms)
+
+    async def _sleep(self, heap: list[tuple[int, int, asyncio.Future[None]]], at: int) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (at_ms, next(self._order), waiter))
+        heapq.heappush(heap, (at, next(self._order), waiter))
         await waiter
 
     def advance(self, seconds: float) -> None:
-        """Move the clock forward by `seconds` and wake every sleeper now due."""
+        """Move both clocks forward by `seconds` and wake every sleeper now due."""
         self.advance_ms(round(seconds * 1000))
 
     def advance_ms(self, ms: int) -> None:
-        """Move the clock forward by `ms` milliseconds and wake those now due."""
+        """Move both clocks forward by `ms` milliseconds and wake those now due."""
         if ms < 0:
-            raise ValueError("a ManualClock never moves backwards")
-        self._now_ms += ms
-        while self._sleepers and self._sleepers[0][0] <= self._now_ms:
-            _, _, waiter = heapq.heappop(self._sleepers)
-            if not waiter.done():
-                waiter.set_result(None)
+            raise ValueError("a ManualClock never moves backwards; step_wall steps the wall clock")
+        self._mono_ms += ms
+        self._wake()
+
+    def step_wall(self, seconds: float) -> None:
+        """Step only the wall clock by `seconds` (negative: back), as NTP does."""
+        self._wall_offset_ms += round(seconds * 1000)
+        self._wake()
+
+    def _wake(self) -> None:
+        for heap, now in ((self._mono_sleepers, self._mono_ms),
+                          (self._wall_sleepers, self.now_ms())):
+            while heap and heap[0][0] <= now:
+                _, _, waiter = heapq.heappop(heap)
+                if not waiter.done():
+                    waiter.set_result(None)
 
     @property
     def next_wake_ms(self) -> int | None:
-        """The earliest instant a sleeper waits for, or None when none waits."""
-        while self._sleepers and self._sleepers[0][2].done():
-            heapq.heappop(self._sleepers)
-        return self._sleepers[0][0] if self._sleepers else None
+        """The earliest instant a sleeper waits for, on the wall clock; None when none waits."""
+        for heap in (self._wall_sleepers, self._mono_sleepers):
+            while heap and heap[0][2].done():
+                heapq.heappop(heap)
+        wakes = []
+        if self._wall_sleepers:
+            wakes.append(self._wall_sleepers[0][0])
+        if self._mono_sleepers:
+            wakes.append(self._mono_sleepers[0][0] + self._wall_offset_ms)
+        return min(wakes, default=None)

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-__all__ = ["EpochLostError", "FencedError", "FormatError", "StateTopicError"]
+__all__ = [
+    "CoordinationError",
+    "EpochLostError",
+    "FencedError",
+    "FormatError",
+    "InvalidStateError",
+    "OutcomeUnknownError",
+    "StateTopicError",
+]
 
 RECORD_PARTS = ("key", "registration value", "lease value")
 
 
-class FormatError(ValueError):
+class CoordinationError(Exception):
+    """The root of every error this library raises on purpose."""
+
+
+class FormatError(CoordinationError, ValueError):
     """Bytes of the state topic that do not decode under the frozen format.
 
     `part` names the record part that failed, exactly one of ``"key"``,
@@ -23,14 +35,14 @@ class FormatError(ValueError):
         self.reason = reason
 
 
-class FencedError(Exception):
+class FencedError(CoordinationError):
     """The cluster rejected a write because a newer epoch holds the role.
 
     Every fence signal, whatever the broker's error code, surfaces as this.
     """
 
 
-class StateTopicError(Exception):
+class StateTopicError(CoordinationError):
     """The state topic or the broker is configured so the protocol cannot run.
 
     The message names what is wrong and how to fix it; start-up stops rather
@@ -38,11 +50,26 @@ class StateTopicError(Exception):
     """
 
 
-class EpochLostError(Exception):
+class EpochLostError(CoordinationError):
     """The transport can no longer write under the tenure's epoch.
 
     Its producer failed fatally or was closed (a call outlived the
     transaction timeout), although the epoch may still be current: the
-    tenure ends at once with this error (DESIGN.md §5.2). Acquire again to
-    lead again.
+    tenure ends at once with this error. Acquire again to lead again.
+    """
+
+
+class OutcomeUnknownError(CoordinationError):
+    """A guarded commit was still unanswered when the tenure ran out of time.
+
+    The leader stopped waiting at its fence deadline plus the fence margin, so
+    no caller is held past the end of its tenure. The commit was sent and may
+    still succeed or fail: read the output with read_committed to learn which.
+    This is not a `FencedError`, which means the broker refused the write.
+    """
+
+
+class InvalidStateError(CoordinationError, RuntimeError):
+    """A call the object's lifecycle state does not allow, such as resigning a
+    tenure from inside that tenure's own transaction (it would wait for itself).
     """

@@ -15,10 +15,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordination.clock import Clock
+from coordination.errors import FormatError
+from coordination.records import Kind, decode_key, decode_lease
 from coordination.state import Record, RoleFold, RoleState
 from coordination.transport import PartitionRead, PartitionTail, StateReader
 
 __all__ = ["PartitionFollower"]
+
+# Kafka's default transaction.max.timeout.ms: no lease can be longer, so a
+# record claiming more (a bad clock, a hostile writer) is counted as this.
+LONGEST_POSSIBLE_LEASE_MS = 900_000
 
 
 class PartitionFollower:
@@ -34,6 +40,8 @@ class PartitionFollower:
         self._next_offset = 0
         self.last_stable_offset = 0
         self.high_watermark = 0
+        self.longest_lease_ms = 0
+        """The longest lease of any role seen on the partition (`Candidate._stalled`)."""
         self._tail: PartitionTail | None = None
         self._pending: asyncio.Task[PartitionRead] | None = None
 
@@ -87,6 +95,19 @@ class PartitionFollower:
             if record.offset >= self._next_offset:
                 self._fold.apply(record)
                 self._next_offset = record.offset + 1
+                self._measure_lease(record)
+
+    def _measure_lease(self, record: Record) -> None:
+        if record.value is None:
+            return
+        try:
+            if decode_key(record.key).kind is not Kind.LEASE:
+                return
+            lease = decode_lease(record.value)
+        except FormatError:
+            return  # the fold reports malformed records
+        length = min(max(lease.deadline - lease.granted_at, 0), LONGEST_POSSIBLE_LEASE_MS)
+        self.longest_lease_ms = max(self.longest_lease_ms, length)
 
     def _marks(self, read: PartitionRead) -> None:
         self.last_stable_offset = read.last_stable_offset

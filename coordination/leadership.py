@@ -1,4 +1,4 @@
-"""Acquiring, holding and resigning a role (DESIGN.md §3 and §4).
+"""Acquiring, holding and resigning a role.
 
 `acquire_leadership` registers the member, waits its turn by tailing the
 role's partition, challenges (InitProducerId, then the first lease record)
@@ -7,19 +7,35 @@ the broker: every write of a `Leadership` goes through the producer its
 epoch binds, and a superseded epoch's writes are rejected. The lease and the
 fence deadline only time failover and bound side effects the broker cannot
 guard.
+
+A tenure is a small state machine (`TenureState`): LEADING, then RESIGNING
+while `resign()` hands the role back, then ENDED; a fence, a lost producer
+or the fence deadline moves it from LEADING straight to ENDED. `fenced()` is
+true in every state but LEADING, so work that checks it stops the moment a
+resignation begins. `coordination.runner` runs a function for as long as a
+member leads, campaigning again after each tenure; this module is the
+one-tenure primitive under it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import enum
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from coordination.clock import Clock, SystemClock
-from coordination.errors import EpochLostError, FencedError, StateTopicError
+from coordination.errors import (
+    EpochLostError,
+    FencedError,
+    InvalidStateError,
+    OutcomeUnknownError,
+    StateTopicError,
+)
 from coordination.evaluate import challenger_index, evaluate, stagger_ms
 from coordination.follower import PartitionFollower
 from coordination.partition import role_partition
@@ -37,7 +53,13 @@ from coordination.state import RoleState
 from coordination.token import FencingToken
 from coordination.transport import GuardedTransaction, Transport
 
-__all__ = ["GuardedWriter", "Leadership", "LeadershipOptions", "acquire_leadership"]
+__all__ = [
+    "GuardedWriter",
+    "Leadership",
+    "LeadershipOptions",
+    "TenureState",
+    "acquire_leadership",
+]
 
 log = logging.getLogger("coordination.leadership")
 
@@ -54,7 +76,8 @@ class LeadershipOptions:
     """Validated timing and layout of one role's candidate.
 
     The fence margin is min(5 s, lease/3): a leader stops trusting its lease
-    that long before the deadline it wrote, to cover clock error and the delay
+    that long before the lease runs out, to cover the delay between a record
+    being sent and being written, clock error between members, and the delay
     between the deadline passing and the leader noticing.
     """
 
@@ -84,7 +107,7 @@ class LeadershipOptions:
 
     @property
     def fence_margin(self) -> float:
-        """How long before the lease deadline the leader stops trusting it."""
+        """How long before the lease runs out the leader stops trusting it."""
         return min(MAX_FENCE_MARGIN, self.lease_duration / 3)
 
     @property
@@ -120,29 +143,57 @@ def _check_name(kind: str, name: str) -> None:
         raise ValueError(f"the {kind} is {size} UTF-8 bytes, over the limit of 32767")
 
 
+def resolve_options(
+    options: LeadershipOptions | None,
+    partitions: int | None,
+    lease_duration: float | None,
+    renew_interval: float | None,
+    challenge_stagger: float | None,
+) -> LeadershipOptions:
+    """`options`, or one built from the separate keywords (the defaults for those not given)."""
+    given = {name: value for name, value in (
+        ("partitions", partitions), ("lease_duration", lease_duration),
+        ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
+    ) if value is not None}
+    if options is not None:
+        if given:
+            raise ValueError(f"pass either options= or {', '.join(sorted(given))}=, not both")
+        return options
+    return LeadershipOptions(**given)  # type: ignore[arg-type]
+
+
 async def acquire_leadership(
     transport: Transport,
     role: str,
     member: str,
     *,
-    partitions: int = 16,
-    lease_duration: float = 30.0,
-    renew_interval: float = 10.0,
-    challenge_stagger: float = 5.0,
+    options: LeadershipOptions | None = None,
+    partitions: int | None = None,
+    lease_duration: float | None = None,
+    renew_interval: float | None = None,
+    challenge_stagger: float | None = None,
     clock: Clock | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
-    Returns once this member has written the first lease record of its
-    tenure under a freshly minted epoch. Raises `ValueError` before any I/O
-    for a bad name or option, and `StateTopicError` for a state topic the
-    protocol cannot run on. Cancel the call to stop waiting.
+    Returns once this member has committed the first lease record of its
+    tenure under a freshly minted epoch. Timing comes from `options` or from
+    the separate keywords (defaults: `LeadershipOptions`). Raises
+    `ValueError` before any I/O for a bad name or option, and
+    `StateTopicError` for a state topic the protocol cannot run on.
+
+    Cancel the call to stop waiting. A cancellation or error that arrives
+    after the epoch was minted hands it back before it propagates: no lease
+    is left live and no producer open, and no `Leadership` exists that
+    nobody holds.
     """
     _check_name("role", role)
     _check_name("member", member)
-    options = LeadershipOptions(partitions, lease_duration, renew_interval, challenge_stagger)
-    await transport.check_topic(options.partitions, options.lease_duration)
-    candidate = _Candidate(transport, role, member, options, clock or SystemClock())
+    options = resolve_options(options, partitions, lease_duration, renew_interval,
+                              challenge_stagger)
+    check = await transport.check_topic(options.partitions, options.lease_duration)
+    candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
+                           check.abort_cleanup_interval_ms)
     return await candidate.run()
 
 
@@ -156,12 +207,14 @@ class _Candidate:
         member: str,
         options: LeadershipOptions,
         clock: Clock,
+        abort_cleanup_interval_ms: int,
     ) -> None:
         self.transport = transport
         self.role = role
         self.member = member
         self.options = options
         self.clock = clock
+        self.abort_cleanup_interval_ms = abort_cleanup_interval_ms
         self.partition = role_partition(role, options.partitions)
         self.follower = PartitionFollower(transport, self.partition, role, clock)
         self.registered_offset: int | None = None
@@ -178,9 +231,12 @@ class _Candidate:
             while True:
                 leadership = await self._step()
                 if leadership is not None:
+                    # No await between the Leadership's creation and this
+                    # return: nothing can cancel the caller in between.
                     return leadership
-        finally:
-            await self.follower.close()
+        except BaseException:
+            await asyncio.shield(self.follower.close())
+            raise
 
     async def _step(self) -> Leadership | None:
         if not self._own_registration_visible():
@@ -217,7 +273,9 @@ class _Candidate:
 
     async def _challenge(self) -> Leadership | None:
         # Never mint an epoch on a topic whose partition count changed under us.
-        await self.transport.check_topic(self.options.partitions, self.options.lease_duration)
+        check = await self.transport.check_topic(self.options.partitions,
+                                                 self.options.lease_duration)
+        self.abort_cleanup_interval_ms = check.abort_cleanup_interval_ms
         await self.follower.refresh()
         if await self._stalled():
             return None
@@ -227,31 +285,60 @@ class _Candidate:
         if step.action != "challenge" or now < self.not_before:
             return None
         token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
-        granted = self.clock.now_ms()
-        lease = Lease(
-            self.member,
-            token.producer_id,
-            token.producer_epoch,
-            granted,
-            granted + self.options.lease_ms,
-        )
+        began = False
         try:
-            tenure = await self.transport.write_lease(
-                self.partition, encode_key(lease_key(self.role)), encode_lease(lease)
-            )
-        except FencedError:
-            await self._lost(token)
-            return None
+            sent_mono = self.clock.monotonic_ms()
+            granted = self.clock.now_ms()
+            lease = Lease(self.member, token.producer_id, token.producer_epoch, granted,
+                          granted + self.options.lease_ms)
+            began = True
+            try:
+                tenure = await self._first_lease(token, lease, self._passed_over(state))
+            except FencedError:
+                began = False  # the broker refused it: no lease of ours exists
+                with contextlib.suppress(FencedError):
+                    await self.transport.release(self.role, token)
+                await self._lost(token)
+                return None
+            await self.follower.close()
+        except BaseException:
+            await _hand_back(self.transport, self.role, token, self.partition,
+                             self.options.lease_duration, tombstone=began)
+            raise
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
-        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
-                                tenure, lease, self.options, self.clock)
-        await self._deregister_passed_over(state)
-        return leadership
+        return Leadership(self.transport, self.role, self.member, self.partition, token,
+                          tenure, lease, self.options, self.clock, sent_mono)
 
-    async def _deregister_passed_over(self, state: RoleState) -> None:
-        """Remove the members ranked ahead of this one, whose slots passed unused,
-        and the holder whose lease lapsed.
+    async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
+        """Commit the tenure's first lease record and, in the same transaction,
+        the deregistrations of the members it passed over.
+
+        In one fenced transaction a winner that was itself superseded before
+        it committed deregisters nobody: its tombstones are aborted with its
+        lease, so a stale view of the roster never removes a member that has
+        since become holder.
+        """
+        txn = await self.transport.begin_transaction(self.role, token)
+        try:
+            offset = await txn.write_lease(self.partition, encode_key(lease_key(self.role)),
+                                           encode_lease(lease))
+            for member in passed:
+                await txn.write_lease(
+                    self.partition, encode_key(registration_key(self.role, member)), None
+                )
+            await txn.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(txn.abort())
+            raise
+        for member in passed:
+            log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
+        return offset
+
+    def _passed_over(self, state: RoleState) -> list[str]:
+        """The members ranked ahead of this one, whose slots passed unused, and
+        the holder whose lease lapsed.
 
         A crashed member's registration would otherwise rank ahead of every
         live standby forever, adding a stagger to each later failover. One
@@ -268,23 +355,18 @@ class _Candidate:
             # lapsed lease of this member id is this member's own past and
             # its registration is the fresh one.)
             passed.append(lapsed)
-        for member in passed:
-            try:
-                await self.transport.append(
-                    self.partition, encode_key(registration_key(self.role, member)), None
-                )
-            except Exception as exc:  # best effort: the tenure does not depend on it
-                log.warning("%s: could not deregister %s: %r", self.role, member, exc)
-                return
-            log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
+        return passed
 
     async def _stalled(self) -> bool:
         """Hold a challenge while an open transaction hides the partition's tail.
 
         A holder that died inside a transaction leaves the stable offset below
-        the high watermark, hiding every role's renewals on the partition. Wait
-        for the stable offset to pass the high watermark seen now, for at most
-        one lease; then move this member's slot after that instant, keeping
+        the high watermark, hiding every role's renewals on the partition. The
+        coordinator aborts that transaction once its timeout (its role's
+        lease) has passed, at its next abort cleanup pass. So wait for the
+        stable offset to pass the high watermark seen now, for at most the
+        longest lease seen on the partition plus the broker's abort cleanup
+        interval; then move this member's slot after that instant, keeping
         rank order.
         """
         follower = self.follower
@@ -292,9 +374,11 @@ class _Candidate:
         if stuck_at >= follower.high_watermark or stuck_at == self.stall_expired_at_lso:
             return False
         seen_hw = follower.high_watermark
-        give_up = self.clock.now_ms() + self.options.lease_ms
-        log.info("%s: stable offset %d below high watermark %d; holding the challenge",
-                 self.role, stuck_at, seen_hw)
+        hold_ms = (max(self.options.lease_ms, follower.longest_lease_ms)
+                   + self.abort_cleanup_interval_ms)
+        give_up = self.clock.now_ms() + hold_ms
+        log.info("%s: stable offset %d below high watermark %d; holding the challenge for "
+                 "up to %d ms", self.role, stuck_at, seen_hw, hold_ms)
         while follower.last_stable_offset < seen_hw and self.clock.now_ms() < give_up:
             await follower.wait(give_up)
         ended = self.clock.now_ms()
@@ -346,6 +430,92 @@ class _Candidate:
             )
 
 
+async def _hand_back(
+    transport: Transport,
+    role: str,
+    token: FencingToken,
+    partition: int,
+    lease_duration: float,
+    *,
+    tombstone: bool,
+) -> list[BaseException]:
+    """Give `token` up: tombstone its lease, retire the epoch if it is still
+    current, and always close its producer. Returns the errors met (a fence
+    is not an error here: it means a successor already holds the role).
+
+    Runs in a task of its own and is awaited through a shield, so a caller
+    cancelled meanwhile never leaves the producer open.
+    """
+    errors: list[BaseException] = []
+
+    async def steps() -> None:
+        # Each step is tried whatever the one before met: a lease that could
+        # not be cleared lapses, but the epoch must still be retired.
+        try:
+            if tombstone:
+                try:
+                    with contextlib.suppress(FencedError):
+                        await transport.write_lease(role, token, partition,
+                                                    encode_key(lease_key(role)), None)
+                except Exception as exc:
+                    errors.append(exc)
+            try:
+                if await _token_still_current(transport, role, token):
+                    with contextlib.suppress(FencedError):
+                        await transport.acquire_epoch(role, lease_duration, current=token)
+            except Exception as exc:
+                errors.append(exc)
+        finally:
+            try:
+                with contextlib.suppress(FencedError):
+                    await transport.release(role, token)
+            except Exception as exc:
+                errors.append(exc)
+
+    await asyncio.shield(asyncio.ensure_future(steps()))
+    return errors
+
+
+async def _token_still_current(transport: Transport, role: str, token: FencingToken) -> bool:
+    """Whether the coordinator still holds `token` for `role`.
+
+    Kafka checks only the producer id of a conditional InitProducerId before
+    it aborts an ongoing transaction: sent with a superseded epoch while a
+    successor's transaction is open, it fences the successor (found by the
+    real-process fault runs; verified on Kafka 4.4.0). So a leader whose
+    token is already superseded never sends it. A successor can still bump
+    and open a transaction between this answer and the bump's arrival (it
+    needs a tail hop and two round trips to this one); that costs the
+    successor its tenure, never safety.
+    """
+    status = await transport.describe_epoch(role)
+    return status.token == token
+
+
+class TenureState(enum.Enum):
+    """Where a tenure is in its life."""
+
+    LEADING = "leading"
+    """The member holds the role and may write under its token."""
+    RESIGNING = "resigning"
+    """`resign()` is handing the role back; no new guarded write may start."""
+    ENDED = "ended"
+    """The tenure is over: resigned, fenced, out of time, or its producer lost."""
+
+
+_TRANSITIONS: dict[TenureState, frozenset[TenureState]] = {
+    TenureState.LEADING: frozenset({TenureState.RESIGNING, TenureState.ENDED}),
+    TenureState.RESIGNING: frozenset({TenureState.ENDED}),
+    TenureState.ENDED: frozenset(),
+}
+
+# The tenure whose transaction() body the current task runs in (resign from
+# there would wait for its own transaction).
+_IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
+    "coordination_in_transaction", default=None
+)
+
+
 class GuardedWriter:
     """Sends records inside a guarded transaction of a `Leadership`."""
 
@@ -368,9 +538,14 @@ class Leadership:
     """A member's tenure of a role, renewed in the background.
 
     `token` is the tenure's fencing token and stays constant; `tenure` is the
-    offset of its first lease record. `done` completes when the tenure ends;
-    `err` then says why (None after `resign`). Guarded writes go through
-    `transaction()`.
+    offset of its first lease record. `state` is the tenure's `TenureState`;
+    `done` completes when it is ENDED, and `err` then says why (None after a
+    clean `resign`). Guarded writes go through `transaction()`.
+
+    Local deadlines run on the clock's monotonic time, measured from the
+    moment each lease write was sent: a step of this process's wall clock
+    cannot extend the time it trusts its lease. `on_renewed`, if set, is
+    called with each renewed lease and the renewal's latency in seconds.
     """
 
     def __init__(
@@ -384,6 +559,7 @@ class Leadership:
         lease: Lease,
         options: LeadershipOptions,
         clock: Clock,
+        lease_sent_monotonic_ms: int,
     ) -> None:
         self.role = role
         self.member = member
@@ -392,13 +568,15 @@ class Leadership:
         self.tenure = tenure
         self.lease = lease
         self.options = options
+        self.on_renewed: Callable[[Lease, float], None] | None = None
         self._transport = transport
         self._clock = clock
         self._key = encode_key(lease_key(role))
         self._lock = asyncio.Lock()
-        self._in_transaction = False
+        self._state = TenureState.LEADING
+        self._lease_sent_mono = lease_sent_monotonic_ms
         self._renewal_due = False
-        self._resigning = False
+        self._hand_back: asyncio.Future[None] | None = None
         self.err: BaseException | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tasks = [
@@ -408,13 +586,39 @@ class Leadership:
         ]
 
     @property
+    def state(self) -> TenureState:
+        """The tenure's lifecycle state."""
+        return self._state
+
+    @property
+    def fence_deadline_monotonic(self) -> int:
+        """The fence deadline on the clock's monotonic milliseconds: what `fenced()` uses."""
+        return self._lease_sent_mono + self.options.lease_ms - self.options.margin_ms
+
+    @property
     def fence_deadline(self) -> int:
-        """Epoch ms after which this leader cannot prove its lease."""
+        """The fence deadline as an epoch-ms instant, for display and logs.
+
+        It is the written lease deadline less the fence margin. The decision
+        is taken on the monotonic clock (`fenced()`, `remaining()`): compare
+        against those, not against the wall clock, which can step.
+        """
         return self.lease.deadline - self.options.margin_ms
 
+    def remaining(self) -> float:
+        """Seconds until the fence deadline (monotonic); 0 once fenced."""
+        if self._state is not TenureState.LEADING:
+            return 0.0
+        return max(0.0, (self.fence_deadline_monotonic - self._clock.monotonic_ms()) / 1000)
+
     def fenced(self) -> bool:
-        """Whether the tenure is over or the fence deadline has passed."""
-        return self.done.done() or self._clock.now_ms() >= self.fence_deadline
+        """Whether this member must stop acting on the role now.
+
+        True from the moment a resignation begins, once the tenure ended, and
+        once the fence deadline has passed on the monotonic clock.
+        """
+        return (self._state is not TenureState.LEADING
+                or self._clock.monotonic_ms() >= self.fence_deadline_monotonic)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[GuardedWriter]:
@@ -423,13 +627,16 @@ class Leadership:
         Commits on a clean exit and aborts on an exception. Raises
         `FencedError` on entry once `fenced()` is true, and from `send` or the
         exit when the epoch moved on or the fence deadline passed (then
-        nothing sent becomes visible). Keep it short: the coordinator aborts a
-        transaction open longer than the lease, which fences this leader.
+        nothing sent becomes visible). A commit still unanswered at the fence
+        deadline plus the fence margin raises `OutcomeUnknownError`: it may
+        yet commit. Keep it short: the coordinator aborts a transaction open
+        longer than the lease, which fences this leader.
         """
         self._check_open()
         # Waiting here is bounded by the holder: a renewal or a transaction, each
         # bounded by the end of the tenure. A plain acquire is cancellation-safe.
         await self._lock.acquire()
+        inside = _IN_TRANSACTION.set(self)
         try:
             self._check_open()
             try:
@@ -437,7 +644,6 @@ class Leadership:
             except (FencedError, EpochLostError) as exc:
                 self._end(exc)
                 raise
-            self._in_transaction = True
             try:
                 yield GuardedWriter(self, txn)
             except BaseException as exc:
@@ -447,60 +653,70 @@ class Leadership:
                 raise
             await self._commit(txn)
         finally:
-            self._in_transaction = False
+            _IN_TRANSACTION.reset(inside)
             self._lock.release()
 
     async def resign(self, *, deregister: bool = True) -> None:
-        """Hand the role over now, in the order of DESIGN.md §4.
+        """Hand the role back now.
 
-        Stops guarded writes and waits for open ones; commits a lease
-        tombstone through the fenced producer (a deposed leader's is never
-        visible); bumps the epoch only if this tenure's token is still current
-        (asked first: see `_token_still_current`), so it stops being
-        authoritative without fencing a successor; closes
-        the producer; then, unless `deregister` is False, removes this
-        member's registration.
+        From the first instant `fenced()` is true and no new guarded write
+        starts; an open one is waited for (it is bounded by the end of the
+        tenure). Then, through the tenure's own producer, a lease tombstone
+        (a deposed leader's is never visible); a conditional bump of the
+        epoch if this tenure's token is still current (asked first, see
+        `_token_still_current`), so it stops being authoritative without
+        fencing a successor; the producer is closed whatever happened
+        before; and, unless `deregister` is False, this member's
+        registration is removed.
+
+        Call it after a tenure ended on its own too: it then closes the
+        producer (and clears the lease if nobody took over). It does not
+        raise for a failed step: the tenure ends with the first such error in
+        `err` (a lease that could not be cleared lapses on its own). Raises
+        `InvalidStateError` when called inside this tenure's `transaction()`.
+        Cancelling the call does not stop the hand-back.
         """
-        if self._resigning:
-            await asyncio.shield(self.done)
-            return
-        self._resigning = True
+        if _IN_TRANSACTION.get() is self:
+            raise InvalidStateError(
+                f"{self.role}: resign() was called inside this tenure's transaction(); it "
+                "would wait for that transaction forever: leave the transaction first"
+            )
+        if self._hand_back is None:
+            if self._state is TenureState.LEADING:
+                self._move(TenureState.RESIGNING)
+            self._hand_back = asyncio.ensure_future(self._resign_steps(deregister))
+        await asyncio.shield(self._hand_back)
+
+    async def _resign_steps(self, deregister: bool) -> None:
+        errors: list[BaseException] = []
         try:
             async with self._lock:
                 await self._stop_tasks()
-                with contextlib.suppress(FencedError):
-                    await self._transport.write_lease(self.partition, self._key, None)
-                if await self._token_still_current():
-                    with contextlib.suppress(FencedError):
-                        await self._transport.acquire_epoch(
-                            self.role, self.options.lease_duration, current=self.token
-                        )
-                await self._transport.release(self.role)
+                errors += await _hand_back(
+                    self._transport, self.role, self.token, self.partition,
+                    self.options.lease_duration, tombstone=True,
+                )
                 if deregister:
-                    await self._transport.append(
-                        self.partition, encode_key(registration_key(self.role, self.member)), None
-                    )
-            log.info("%s: %s resigned token %s", self.role, self.member, self.token)
+                    try:
+                        await self._transport.append(
+                            self.partition,
+                            encode_key(registration_key(self.role, self.member)), None,
+                        )
+                    except Exception as exc:
+                        errors.append(exc)
+        except BaseException as exc:
+            errors.append(exc)
+            raise
         finally:
-            self._end(None)
-
-    async def _token_still_current(self) -> bool:
-        """Whether the coordinator still holds this tenure's token.
-
-        Kafka checks only the producer id of a conditional InitProducerId
-        before it aborts an ongoing transaction: sent with a superseded epoch
-        while a successor's transaction is open, it fences the successor
-        (found by the real-process fault runs; verified on Kafka 4.4.0). So a
-        leader whose token is already superseded never sends it. A successor
-        can still bump and open a transaction between this answer and the
-        bump's arrival (it needs a tail hop and two round trips to this one);
-        that costs the successor its tenure, never safety.
-        """
-        status = await self._transport.describe_epoch(self.role)
-        return status.token == self.token
+            if errors:
+                log.warning("%s: %s resigned token %s with errors: %r", self.role, self.member,
+                            self.token, errors)
+            else:
+                log.info("%s: %s resigned token %s", self.role, self.member, self.token)
+            self._end(errors[0] if errors else None)
 
     def _check_open(self) -> None:
-        if self._resigning:
+        if self._state is TenureState.RESIGNING:
             raise FencedError(f"{self.role}: the leadership is resigning")
         if self.fenced():
             raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
@@ -511,7 +727,7 @@ class Leadership:
         The begin itself is shielded and awaited to its end (the transport
         bounds it), so a transaction it opened is never left open.
         """
-        begin = asyncio.ensure_future(self._transport.begin_transaction(self.role))
+        begin = asyncio.ensure_future(self._transport.begin_transaction(self.role, self.token))
         try:
             return await self._bounded(asyncio.shield(begin))
         except BaseException:
@@ -521,26 +737,55 @@ class Leadership:
 
     async def _commit(self, txn: GuardedTransaction) -> None:
         lease = None
+        sent = 0
         try:
             if self._renewal_due:
                 lease = self._next_lease()
+                sent = self._clock.monotonic_ms()
                 await self._bounded(
                     txn.write_lease(self.partition, self._key, encode_lease(lease))
                 )
             self._raise_if_over()
-            # A commit once sent cannot be recalled, so it is not abandoned at the
-            # end of the tenure: the caller learns the broker's true answer (the
-            # transport bounds the wait by the transaction timeout).
-            await txn.commit()
+            await self._commit_within_tenure(txn)
+        except OutcomeUnknownError:
+            raise  # the commit is in flight: there is nothing left to abort
         except (FencedError, EpochLostError) as exc:
             self._end(exc)
             await self._abort_quietly(txn)
             raise
-        except Exception:
+        except BaseException:
+            # Cancelled too: a commit cancelled before it reached the broker
+            # would leave the transaction open, hiding the partition's tail.
             await self._abort_quietly(txn)
             raise
         if lease is not None:
-            self._renewed(lease)
+            self._renewed(lease, sent)
+
+    async def _commit_within_tenure(self, txn: GuardedTransaction) -> None:
+        """Commit, waiting at most until the fence deadline plus the fence margin.
+
+        A commit once sent cannot be recalled, so reaching the limit does not
+        make it fail: the caller is told the outcome is unknown and is not
+        held past the end of its tenure.
+        """
+        limit = self.fence_deadline_monotonic + self.options.margin_ms
+        commit = asyncio.ensure_future(txn.commit())
+        timer = asyncio.ensure_future(self._clock.sleep_until_monotonic(limit))
+        try:
+            await asyncio.wait({commit, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            commit.cancel()
+            raise
+        finally:
+            timer.cancel()
+        if commit.done():
+            commit.result()
+            return
+        commit.cancel()
+        raise OutcomeUnknownError(
+            f"{self.role}: the commit under {self.token} was unanswered at the fence deadline "
+            f"plus the margin ({self.options.fence_margin:g} s); it may still commit"
+        )
 
     async def _abort_quietly(self, txn: GuardedTransaction) -> None:
         try:
@@ -568,7 +813,9 @@ class Leadership:
         raise FencedError(f"{self.role}: the tenure of {self.token} ended: {self.err}")
 
     def _raise_if_over(self) -> None:
-        if self.fenced():
+        if self._state is TenureState.ENDED or (
+            self._clock.monotonic_ms() >= self.fence_deadline_monotonic
+        ):
             raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
 
     def _next_lease(self) -> Lease:
@@ -577,13 +824,21 @@ class Leadership:
         return Lease(self.member, token.producer_id, token.producer_epoch, now,
                      now + self.options.lease_ms)
 
-    def _renewed(self, lease: Lease) -> None:
+    def _renewed(self, lease: Lease, sent_monotonic_ms: int) -> None:
         self.lease = lease
+        self._lease_sent_mono = sent_monotonic_ms
         self._renewal_due = False
+        if self.on_renewed is not None:
+            latency = (self._clock.monotonic_ms() - sent_monotonic_ms) / 1000
+            try:
+                self.on_renewed(lease, latency)
+            except Exception:  # an observer's bug must not end the tenure
+                log.exception("%s: the renewal observer failed", self.role)
 
     async def _renew_loop(self) -> None:
         while not self.done.done():
-            await self._clock.sleep_until(self.lease.granted_at + self.options.renew_ms)
+            await self._clock.sleep_until_monotonic(self._lease_sent_mono
+                                                    + self.options.renew_ms)
             await self._renew()
 
     async def _renew(self) -> None:
@@ -591,18 +846,19 @@ class Leadership:
 
         A renewal due while a guarded transaction is open rides inside it.
         """
-        due = self._clock.now_ms()
+        due = self._clock.monotonic_ms()
         self._renewal_due = True
         while True:
             try:
                 async with self._lock:
-                    if self.lease.granted_at >= due:
+                    if self._lease_sent_mono >= due:
                         return
                     lease = self._next_lease()
+                    sent = self._clock.monotonic_ms()
                     await self._transport.write_lease(
-                        self.partition, self._key, encode_lease(lease)
+                        self.role, self.token, self.partition, self._key, encode_lease(lease)
                     )
-                    self._renewed(lease)
+                    self._renewed(lease, sent)
                     return
             except (FencedError, EpochLostError) as exc:
                 self._end(exc)
@@ -610,11 +866,13 @@ class Leadership:
             except Exception as exc:
                 log.warning("%s: renewal failed, retrying until the fence deadline: %r",
                             self.role, exc)
-            await self._clock.sleep_until(self._clock.now_ms() + RETRY_INTERVAL_MS)
+            await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
+                                                    + RETRY_INTERVAL_MS)
 
     async def _watch_fence_deadline(self) -> None:
-        while self._clock.now_ms() < self.fence_deadline:
-            await self._clock.sleep_until(self.fence_deadline)
+        # Renewals move the deadline, so re-arm until it passes.
+        while self._clock.monotonic_ms() < self.fence_deadline_monotonic:
+            await self._clock.sleep_until_monotonic(self.fence_deadline_monotonic)
         self._end(FencedError(
             f"{self.role}: the lease of {self.token} could not be renewed before the fence "
             "deadline"
@@ -627,7 +885,8 @@ class Leadership:
         another partition, splitting its order: stop and tell the operator.
         """
         while not self.done.done():
-            await self._clock.sleep_until(self._clock.now_ms() + TOPIC_RECHECK_MS)
+            await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
+                                                    + TOPIC_RECHECK_MS)
             try:
                 await self._transport.check_topic(
                     self.options.partitions, self.options.lease_duration
@@ -647,9 +906,17 @@ class Leadership:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    def _move(self, to: TenureState) -> None:
+        if to not in _TRANSITIONS[self._state]:
+            raise InvalidStateError(
+                f"{self.role}: a tenure cannot move from {self._state.value} to {to.value}"
+            )
+        self._state = to
+
     def _end(self, err: BaseException | None) -> None:
-        if self.done.done():
+        if self._state is TenureState.ENDED:
             return
+        self._move(TenureState.ENDED)
         self.err = err
         self.done.set_result(None)
         if err is not None:

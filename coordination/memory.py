@@ -13,7 +13,10 @@ next one moves to a new producer id with epoch 0, which may be numerically
 smaller (per-broker id blocks); an InitProducerId that finds a transaction
 open aborts it with one bump and then bumps again, as Kafka's
 CONCURRENT_TRANSACTIONS retry does; a transaction open longer than its
-timeout is aborted with a bump; writes and commits under a superseded token
+timeout is aborted with a bump at the broker's next abort cleanup pass (a
+transaction timed out at T is aborted at the first multiple of
+`abort_cleanup_interval` at or after T; 0 aborts at once), and until then it
+holds the stable offset; writes and commits under a superseded token
 raise `FencedError`; read_committed reads stop at the last stable offset;
 offsets are per partition, control markers take offsets, and compaction
 keeps the offsets of the records it retains.
@@ -30,11 +33,10 @@ from typing import Literal
 from coordination.clock import Clock, SystemClock
 from coordination.errors import FencedError, StateTopicError
 from coordination.partition import murmur2, to_positive
-from coordination.records import decode_key
 from coordination.state import Record
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
-from coordination.transport import PartitionRead
+from coordination.transport import PartitionRead, TopicCheck
 
 __all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryTransport"]
 
@@ -140,11 +142,13 @@ class MemoryBroker:
         clock: Clock | None = None,
         producer_ids: Iterator[int] | None = None,
         transaction_max_timeout: float = 900.0,
+        abort_cleanup_interval: float = 0.0,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self._producer_ids = producer_ids if producer_ids is not None else itertools.count(1000)
         self._used_ids: set[int] = set()
         self.transaction_max_timeout_ms = round(transaction_max_timeout * 1000)
+        self.abort_cleanup_interval_ms = round(abort_cleanup_interval * 1000)
         self.topics: dict[str, _Topic] = {}
         self._ids: dict[str, _TransactionalId] = {}
         self.epochs_minted = 0
@@ -209,11 +213,18 @@ class MemoryBroker:
         return LeadershipStatus(role, entry.token, entry.state)
 
     def expire_transactions(self) -> None:
-        """Abort, with a bump, every transaction open longer than its timeout."""
+        """Abort, with a bump, every transaction whose timeout passed before the
+        latest abort cleanup pass."""
         now = self.clock.now_ms()
+        interval = self.abort_cleanup_interval_ms
         for entry in self._ids.values():
             txn = entry.open
-            if txn is not None and now - txn.started_ms > txn.timeout_ms:
+            if txn is None:
+                continue
+            expired_at = txn.started_ms + txn.timeout_ms + 1
+            if interval:
+                expired_at = -(-expired_at // interval) * interval  # the next cleanup pass
+            if now >= expired_at:
                 self._finish(entry, "CompleteAbort")
                 self._bump(entry)
 
@@ -407,7 +418,14 @@ class MemoryTransport:
             # The conditional bump retires the producer of the old token and,
             # like Kafka's raw InitProducerId, binds no new one.
             del self._producers[role]
-        await _round_trip()
+        try:
+            await _round_trip()
+        except asyncio.CancelledError:
+            # As KafkaTransport stops a producer whose start was cancelled:
+            # the epoch was minted, but nothing holds it.
+            if current is None and self._producers.get(role) == token:
+                del self._producers[role]
+            raise
         return token
 
     async def describe_epoch(self, role: str) -> LeadershipStatus:
@@ -424,7 +442,7 @@ class MemoryTransport:
         """Follow the state topic's `partition` from `from_offset`."""
         return _MemoryTail(self.broker.partition(self.topic, partition), from_offset)
 
-    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse a missing, non-compacted or differently partitioned state topic."""
         topic = self.broker.topics.get(self.topic)
         if topic is None:
@@ -441,27 +459,34 @@ class MemoryTransport:
             and round(lease_duration * 1000) > self.broker.transaction_max_timeout_ms
         ):
             raise StateTopicError("the lease is longer than transaction.max.timeout.ms")
+        return TopicCheck(self.broker.abort_cleanup_interval_ms)
 
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write a registration record through the plain producer."""
         await _round_trip()
         return self.broker.produce(self.topic, partition, key, value, self.clock.now_ms())
 
-    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+    async def write_lease(
+        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
+    ) -> int:
         """Commit one lease record in its own transaction of the role's producer."""
         await _round_trip()
-        txn = await self.begin_transaction(decode_key(key).role)
+        txn = await self.begin_transaction(role, token)
         offset = await txn.write_lease(partition, key, value)
         await txn.commit()
         return offset
 
-    async def begin_transaction(self, role: str) -> _MemoryTransaction:
-        """Open a transaction under the token this client acquired for `role`."""
-        token = self._producers.get(role)
-        if token is None:
-            raise RuntimeError(f"no epoch acquired for role {role!r} on this transport")
+    async def begin_transaction(self, role: str, token: FencingToken) -> _MemoryTransaction:
+        """Open a transaction on `role`'s producer, which must hold `token`."""
+        self._holding(role, token)
         return _MemoryTransaction(self, self.broker.begin(role, token))
 
-    async def release(self, role: str) -> None:
-        """Forget `role`'s producer, as closing it does."""
-        self._producers.pop(role, None)
+    async def release(self, role: str, token: FencingToken) -> None:
+        """Forget `role`'s producer, as closing it does; it must hold `token`."""
+        self._holding(role, token)
+        del self._producers[role]
+
+    def _holding(self, role: str, token: FencingToken) -> None:
+        held = self._producers.get(role)
+        if held != token:
+            raise FencedError(f"{role}: this client's producer holds {held}, not {token}")

@@ -22,6 +22,7 @@ __all__ = [
     "PartitionTail",
     "Registrar",
     "StateReader",
+    "TopicCheck",
     "Transport",
 ]
 
@@ -38,6 +39,19 @@ class PartitionRead:
     records: list[Record]
     last_stable_offset: int
     high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCheck:
+    """What a passed topic check learned that the protocol's timing depends on.
+
+    `abort_cleanup_interval_ms` is the brokers' (largest)
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``: a
+    transaction that outlived its timeout stays open, hiding its partition's
+    tail from read_committed readers, until the next cleanup pass.
+    """
+
+    abort_cleanup_interval_ms: int
 
 
 class Coordinator(Protocol):
@@ -87,7 +101,7 @@ class StateReader(Protocol):
         """Follow `partition` from `from_offset`."""
         ...
 
-    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse to run on a state topic that would break the protocol.
 
         Raises `StateTopicError` naming the fix when the topic is missing, not
@@ -135,24 +149,28 @@ class GuardedTransaction(Protocol):
 class LeaseWriter(Protocol):
     """Writes through the producer `Coordinator.acquire_epoch` bound.
 
-    Every write raises `FencedError` if the epoch moved on, and
-    `EpochLostError` once the producer can no longer write under the epoch
-    (failed fatally or closed); other errors may be transient.
+    Every call names the role and the token the caller's tenure holds. A
+    transport whose producer for the role holds another token (a newer
+    tenure of this process) or none raises `FencedError` and touches
+    nothing, so a late call of an old tenure can never write through, or
+    close, a newer tenure's producer. Every write raises `FencedError` if the
+    epoch moved on, and `EpochLostError` once the producer can no longer
+    write under the epoch (failed fatally or closed); other errors may be
+    transient.
     """
 
-    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
-        """Commit one lease record (the role is the key's) in its own transaction.
-
-        Returns the record's offset; `FencedError` if the epoch moved on.
-        """
+    async def write_lease(
+        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
+    ) -> int:
+        """Commit one lease record in its own transaction; return its offset."""
         ...
 
-    async def begin_transaction(self, role: str) -> GuardedTransaction:
-        """Open a transaction on `role`'s fenced producer."""
+    async def begin_transaction(self, role: str, token: FencingToken) -> GuardedTransaction:
+        """Open a transaction on `role`'s fenced producer, which must hold `token`."""
         ...
 
-    async def release(self, role: str) -> None:
-        """Close `role`'s fenced producer; its epoch can no longer write."""
+    async def release(self, role: str, token: FencingToken) -> None:
+        """Close `role`'s fenced producer, which must hold `token`."""
         ...
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -29,7 +30,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from coordination import FencedError, Leadership, acquire_leadership
+from coordination import LeaderRunner, Leadership, LeadershipOptions, RunnerObserver
 from coordination.kafka import KafkaTransport
 
 
@@ -56,10 +57,10 @@ async def create_topics(bootstrap: str, state_topic: str, output: str, partition
 
 
 async def work(leadership: Leadership, output: str, interval: float) -> None:
-    """While leading: one fenced record per interval, until the tenure ends."""
+    """While leading: one fenced record per interval, until the runner cancels it."""
     token = leadership.token
     sequence = 0
-    while not leadership.fenced():
+    while True:
         sequence += 1
         record = {"member": leadership.member, "producer_id": token.producer_id,
                   "producer_epoch": token.producer_epoch, "tenure": leadership.tenure,
@@ -70,50 +71,41 @@ async def work(leadership: Leadership, output: str, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
+class Printer(RunnerObserver):
+    """Prints the runner's reports as JSON lines."""
+
+    def __init__(self, member: str) -> None:
+        self.member = member
+
+    def elected(self, role: str, leadership: Leadership) -> None:
+        emit("leading", member=self.member, tenure=leadership.tenure,
+             producer_id=leadership.token.producer_id,
+             producer_epoch=leadership.token.producer_epoch,
+             deadline=leadership.lease.deadline)
+
+    def fenced(self, role: str, leadership: Leadership) -> None:
+        emit("fenced", member=self.member, tenure=leadership.tenure, error=str(leadership.err))
+
+    def resigned(self, role: str, leadership: Leadership) -> None:
+        emit("resigned", member=self.member, tenure=leadership.tenure)
+
+
 async def serve(args: argparse.Namespace) -> int:
     if args.create_topics:
         await create_topics(args.bootstrap_servers, args.topic, args.output, args.partitions)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger)
     async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
-        while not stop.is_set():
-            acquiring = asyncio.ensure_future(acquire_leadership(
-                transport, args.role, args.member, partitions=args.partitions,
-                lease_duration=args.lease, renew_interval=args.renew,
-                challenge_stagger=args.stagger,
-            ))
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
-            if not acquiring.done():
-                acquiring.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await acquiring
-                break
-            stopping.cancel()
-            leadership = acquiring.result()
-            emit("leading", member=args.member, tenure=leadership.tenure,
-                 producer_id=leadership.token.producer_id,
-                 producer_epoch=leadership.token.producer_epoch,
-                 deadline=leadership.lease.deadline)
-            writer = asyncio.ensure_future(work(leadership, args.output, args.interval))
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([writer, stopping, leadership.done],
-                               return_when=asyncio.FIRST_COMPLETED)
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, FencedError):
-                await writer
-            stopping.cancel()
-            if stop.is_set():
-                await leadership.resign()
-                emit("resigned", member=args.member, tenure=leadership.tenure)
-                break
-            await leadership.done
-            emit("fenced", member=args.member, tenure=leadership.tenure,
-                 error=str(leadership.err))
-            # Releases the fenced producer; a deposed leader's tombstone is never visible.
-            await leadership.resign(deregister=False)
+        runner = LeaderRunner(
+            transport, args.role, args.member,
+            functools.partial(work, output=args.output, interval=args.interval),
+            options=options, observer=Printer(args.member),
+        )
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, lambda: asyncio.ensure_future(runner.stop()))
+        # The runner stops the function first, then resigns: a successor
+        # never starts while this copy still writes.
+        await runner.run()
     emit("done", member=args.member)
     return 0
 

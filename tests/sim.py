@@ -26,6 +26,7 @@ from coordination import (
     MemoryTransport,
     PartitionRead,
     PartitionTail,
+    TopicCheck,
     acquire_leadership,
 )
 from tests.loop import run_ready_callbacks
@@ -114,6 +115,12 @@ class SkewedClock:
     async def sleep_until(self, at_ms: int) -> None:
         await self._base.sleep_until(at_ms - self._offset)
 
+    def monotonic_ms(self) -> int:
+        return self._base.monotonic_ms()
+
+    async def sleep_until_monotonic(self, at_ms: int) -> None:
+        await self._base.sleep_until_monotonic(at_ms)
+
 
 async def quiesce(limit: int = 100_000) -> None:
     """Run every ready task until all of them wait on the clock or the log.
@@ -140,14 +147,16 @@ class MemberClock:
     `offset_ms` is the skew (record timestamps and lease deadlines carry it).
     While `paused`, no sleeper of this member wakes and every call through a
     `FaultyTransport` on this clock waits: the process is stopped. `resume`
-    restarts it; with ``frozen=True`` the clock did not run during the pause
-    (a frozen VM), so it comes back behind by the pause length until
-    `set_offset` steps it (NTP). Sleepers re-check after every offset change.
+    restarts it; with ``frozen=True`` neither of its clocks ran during the
+    pause (a frozen VM), so both come back behind by the pause length, the
+    wall clock until `set_offset` steps it (NTP), the monotonic clock for
+    good. Sleepers re-check after every offset change.
     """
 
     def __init__(self, base: ManualClock, offset_ms: int = 0) -> None:
         self.base = base
         self.offset_ms = offset_ms
+        self.mono_offset_ms = 0
         self.paused = False
         self._paused_at = 0
         self._resumed: asyncio.Event | None = None
@@ -156,17 +165,27 @@ class MemberClock:
     def now_ms(self) -> int:
         return self.base.now_ms() + self.offset_ms
 
+    def monotonic_ms(self) -> int:
+        return self.base.monotonic_ms() + self.mono_offset_ms
+
     async def sleep_until(self, at_ms: int) -> None:
+        await self._sleep(lambda: at_ms - self.offset_ms - self.base.now_ms())
+
+    async def sleep_until_monotonic(self, at_ms: int) -> None:
+        await self._sleep(lambda: at_ms - self.monotonic_ms())
+
+    async def _sleep(self, remaining_ms: Callable[[], int]) -> None:
         while True:
             if self.paused:
                 await self.gate()
                 continue
-            if self.now_ms() >= at_ms:
+            left = remaining_ms()
+            if left <= 0:
                 return
             if self._changed is None:
                 self._changed = asyncio.get_running_loop().create_future()
             changed = self._changed
-            sleeper = asyncio.ensure_future(self.base.sleep_until(at_ms - self.offset_ms))
+            sleeper = asyncio.ensure_future(self.base.sleep_until(self.base.now_ms() + left))
             try:
                 await asyncio.wait([sleeper, changed], return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -191,7 +210,9 @@ class MemberClock:
             return
         self.paused = False
         if frozen:
-            self.set_offset(self.offset_ms - (self.base.now_ms() - self._paused_at))
+            lost = self.base.now_ms() - self._paused_at
+            self.mono_offset_ms -= lost
+            self.set_offset(self.offset_ms - lost)
         assert self._resumed is not None
         self._resumed.set()
 
@@ -299,21 +320,24 @@ class FaultyTransport:
     async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
         return _FaultyTail(self, await self.inner.tail(partition, from_offset))
 
-    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
-        await self._call("check_topic", self.inner.check_topic, partitions, lease_duration)
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
+        return await self._call("check_topic", self.inner.check_topic, partitions,
+                                lease_duration)
 
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         return await self._call("append", self.inner.append, partition, key, value)
 
-    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
-        return await self._call("write_lease", self.inner.write_lease, partition, key, value)
+    async def write_lease(self, role: str, token: FencingToken, partition: int, key: bytes,
+                          value: bytes | None) -> int:
+        return await self._call("write_lease", self.inner.write_lease, role, token, partition,
+                                key, value)
 
-    async def begin_transaction(self, role: str) -> _FaultyTransaction:
-        txn = await self._call("begin_transaction", self.inner.begin_transaction, role)
+    async def begin_transaction(self, role: str, token: FencingToken) -> _FaultyTransaction:
+        txn = await self._call("begin_transaction", self.inner.begin_transaction, role, token)
         return _FaultyTransaction(self, txn)
 
-    async def release(self, role: str) -> None:
-        await self._call("release", self.inner.release, role)
+    async def release(self, role: str, token: FencingToken) -> None:
+        await self._call("release", self.inner.release, role, token)
 
 
 class _FaultyTail:

@@ -1,4 +1,4 @@
-"""Deterministic simulation of many members and roles under faults (issue 5, item 2).
+"""Deterministic simulation of many members and roles under faults.
 
 One seed fixes everything: the cluster's shape (members, roles, partitions,
 lease, stagger, clock skews, message delays, producer-id blocks) and the
@@ -7,10 +7,11 @@ or frozen, resignation, compaction of the state topic). Time is a
 `ManualClock` moved from one wake-up to the next; between moves every task
 runs until it blocks (`quiesce`), so a run is a pure function of its seed.
 
-Every member process runs, for each role it is a candidate for:
-`acquire_leadership`, then guarded writes of history records while it leads
-(`tests.history.HistoryWriter`, which logs each attempt's outcome), then a
-resignation or a loss, and again. After every step the simulation asserts,
+Every member process runs, for each role it is a candidate for, the
+library's `LeaderRunner` with a function that makes guarded writes of
+history records while it leads (`tests.history.HistoryWriter`, which logs
+each attempt's outcome); a "resign" fault makes the runner step down.
+After every step the simulation asserts,
 for each role:
 
 - at most one live (not done) `Leadership` holds the coordinator's current
@@ -22,7 +23,7 @@ for each role:
 At the end it checks each role's output partition with the history checker,
 and checks the role's lease records in the state topic the same way (the
 lease history must not go back to an earlier tenure either). Unexpected
-errors fail a run too: `acquire_leadership` or `resign` raising, a task that
+errors fail a run too: a campaign or a resignation failing, a task that
 does not stop when its process crashes, and any error the event loop reports
 (a task whose exception nobody retrieved: work a cancelled caller left
 running).
@@ -53,13 +54,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from coordination import (
+    EpochLostError,
+    FencedError,
     FencingToken,
     Kind,
+    LeaderRunner,
     Leadership,
+    LeadershipOptions,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
-    acquire_leadership,
+    RunnerObserver,
+    TenureStop,
     decode_key,
     decode_lease,
     role_partition,
@@ -261,7 +267,7 @@ class _Process:
         self.tasks: list[asyncio.Task[None]] = []
         self.leaderships: list[Leadership] = []
         self.writers: dict[str, HistoryWriter] = {}
-        self.resign: dict[str, bool] = {}
+        self.runners: dict[str, LeaderRunner] = {}
         self.dead = False
         self.running_since: int | None = None
 
@@ -271,6 +277,35 @@ class _Process:
 
     def __str__(self) -> str:
         return f"{self.member}.{self.incarnation}"
+
+
+class _SimObserver(RunnerObserver):
+    """Records a process's tenures for the invariants, and its failures as errors."""
+
+    def __init__(self, sim: Simulation, process: _Process) -> None:
+        self.sim = sim
+        self.process = process
+
+    def elected(self, role: str, leadership: Leadership) -> None:
+        self.process.leaderships.append(leadership)
+        self.sim.leaderships[role].append((self.process, leadership))
+        self.sim._trace(f"{self.process} leads {role} with {leadership.token}, "
+                        f"tenure {leadership.tenure}")
+
+    def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
+        self.sim._trace(f"{self.process} stops leading {role} ({leadership.token}): "
+                        f"{stop.reason}: {leadership.err}")
+        # A fence or the deadline can end a tenure while it steps down; any
+        # other error of a resignation is a bug.
+        if stop.reason == "stepped-down" and not isinstance(
+                leadership.err, (type(None), FencedError, EpochLostError, ProcessCrashed)):
+            self.sim.report.errors.append(f"{self.process}: resign({role}) failed: "
+                                          f"{leadership.err!r}")
+
+    def campaign_failed(self, role: str, error: BaseException) -> None:
+        if not isinstance(error, ProcessCrashed):
+            self.sim.report.errors.append(
+                f"{self.process}: acquire_leadership({role}) raised {error!r}")
 
 
 def _producer_ids(kind: str, rng: random.Random) -> Iterator[int]:
@@ -387,8 +422,7 @@ class Simulation:
             if member in self.config.candidates[role]:
                 process.writers[role] = HistoryWriter(
                     f"{process}/{role}", OUTPUT, self.config.roles.index(role), clock=self.clock)
-                process.tasks.append(asyncio.create_task(
-                    self._candidate(process, role), name=f"{process} {role}"))
+                process.tasks.append(self._candidate(process, role))
 
     def _delays(self, rng: random.Random) -> Callable[[str], tuple[int, int]]:
         probability, most = self.config.delay_probability, self.config.delay_max_ms
@@ -402,51 +436,31 @@ class Simulation:
 
         return delay
 
-    async def _candidate(self, process: _Process, role: str) -> None:
-        """acquire, write while leading, resign or lose; and again."""
+    def _candidate(self, process: _Process, role: str) -> asyncio.Task[None]:
+        """The library's runner for `role` in `process`, writing history while it leads."""
         config = self.config
-        while True:
-            try:
-                leadership = await acquire_leadership(
-                    process.transport, role, process.member, partitions=config.partitions,
-                    lease_duration=config.lease, renew_interval=config.renew,
-                    challenge_stagger=config.stagger[role], clock=process.clock)
-            except ProcessCrashed:
-                return
-            except Exception as exc:
-                self.report.errors.append(f"{process}: acquire_leadership({role}) raised {exc!r}")
-                await process.clock.sleep_until(process.clock.now_ms() + config.lease_ms)
-                continue
-            process.leaderships.append(leadership)
-            self.leaderships[role].append((process, leadership))
-            self._trace(f"{process} leads {role} with {leadership.token}, "
-                        f"tenure {leadership.tenure}")
-            await self._lead(process, role, leadership)
-            process.resign.pop(role, None)
-            self._trace(f"{process} stops leading {role} ({leadership.token}): "
-                        f"{leadership.err or 'resigned'}")
-            await process.clock.sleep_until(process.clock.now_ms() + round(config.renew * 1000))
-
-    async def _lead(self, process: _Process, role: str, leadership: Leadership) -> None:
         writer = process.writers[role]
-        while not leadership.done.done():
-            if role in process.resign:
+
+        async def work(leadership: Leadership) -> None:
+            while True:
                 try:
-                    await leadership.resign(deregister=process.resign.pop(role))
+                    await writer.write(leadership)
                 except ProcessCrashed:
-                    pass
-                except Exception as exc:
-                    self.report.errors.append(f"{process}: resign({role}) raised {exc!r}")
-                return
-            try:
-                await writer.write(leadership)
-            except ProcessCrashed:
-                return
-            except Exception as exc:  # an unknown outcome: the checker judges the write
-                self.report.write_errors[type(exc).__name__] += 1
-                self._trace(f"{process} write for {role}: {exc!r}")
-            interval = self.config.write_interval_ms
-            await process.clock.sleep_until(process.clock.now_ms() + interval)
+                    return
+                except Exception as exc:  # an unknown outcome: the checker judges the write
+                    self.report.write_errors[type(exc).__name__] += 1
+                    self._trace(f"{process} write for {role}: {exc!r}")
+                interval = config.write_interval_ms
+                await process.clock.sleep_until(process.clock.now_ms() + interval)
+
+        options = LeadershipOptions(config.partitions, config.lease, config.renew,
+                                    config.stagger[role])
+        runner = LeaderRunner(process.transport, role, process.member, work, options=options,
+                              clock=process.clock, observer=_SimObserver(self, process),
+                              stop_timeout=config.lease, retry_interval=config.renew,
+                              max_backoff=config.lease)
+        process.runners[role] = runner
+        return asyncio.create_task(runner.run(), name=f"{process} {role}")
 
     # Faults.
 
@@ -523,7 +537,7 @@ class Simulation:
             role, deregister = arg
             self.report.faults["resign"] += 1
             self._trace(f"{process} asked to resign {role}")
-            process.resign[role] = deregister
+            process.runners[role].step_down(deregister=deregister)
 
     def _random_fault(self) -> None:
         rng = self.rng

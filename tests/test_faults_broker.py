@@ -447,15 +447,15 @@ async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_a
     role = f"fault.role-{uuid.uuid4().hex[:8]}"
     key, value = encode_key(lease_key(role)), encode_lease(Lease("a", 0, 0, 0, 1))
     async with KafkaTransport(broker.bootstrap, topic=state) as transport:
-        await transport.acquire_epoch(role, 3.0)
-        await transport.write_lease(role_partition(role, 4), key, value)
+        token = await transport.acquire_epoch(role, 3.0)
+        await transport.write_lease(role, token, role_partition(role, 4), key, value)
         broker.kill("STOP")
         try:
             with pytest.raises(KafkaUnavailableError, match="transaction timeout"):
-                await transport.write_lease(role_partition(role, 4), key, value)
+                await transport.write_lease(role, token, role_partition(role, 4), key, value)
             started = time.monotonic()
             with pytest.raises(ProducerFatalError) as lost:
-                await transport.write_lease(role_partition(role, 4), key, value)
+                await transport.write_lease(role, token, role_partition(role, 4), key, value)
             assert isinstance(lost.value, EpochLostError)
             assert time.monotonic() - started < 1
         finally:

@@ -39,7 +39,7 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
 from coordination.kafka.options import ClientOptions
-from coordination.transport import PartitionRead
+from coordination.transport import PartitionRead, TopicCheck
 from tests import polling
 from tests.kafka_io import committed_values
 from tests.loop import run_ready_callbacks
@@ -160,9 +160,9 @@ async def test_a_lease_write_of_a_superseded_producer_is_fenced(transports, role
     token = await old.acquire_epoch(role, LEASE)
     await new.acquire_epoch(role, LEASE)
     with pytest.raises(FencedError):
-        await old.write_lease(0, *lease_record(role, token))
+        await old.write_lease(role, token, 0, *lease_record(role, token))
     with pytest.raises(FencedError):  # the fenced producer is gone for good
-        await old.write_lease(0, *lease_record(role, token))
+        await old.write_lease(role, token, 0, *lease_record(role, token))
 
 
 async def test_describe_epoch_reports_the_producers_token(transport, role):
@@ -184,7 +184,7 @@ async def test_a_conditional_bump_with_the_current_token_bumps(transport, role):
     assert bumped == FencingToken(token.producer_id, token.producer_epoch + 1)
     assert (await transport.describe_epoch(role)).token == bumped
     with pytest.raises(FencedError):  # the resigned token cannot write any more
-        await transport.write_lease(0, *lease_record(role, token))
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
 
 
 async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing(
@@ -196,7 +196,8 @@ async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing
     with pytest.raises(FencedError):
         await old.acquire_epoch(role, LEASE, current=stale)
     assert (await new.describe_epoch(role)).token == successor
-    await new.write_lease(0, *lease_record(role, successor))  # the successor still writes
+    # the successor still writes
+    await new.write_lease(role, successor, 0, *lease_record(role, successor))
 
 
 async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_open_transaction(
@@ -209,7 +210,7 @@ async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_o
     old, new = await transports(), await transports()
     stale = await old.acquire_epoch(role, LEASE)
     successor = await new.acquire_epoch(role, LEASE)
-    txn = await new.begin_transaction(role)
+    txn = await new.begin_transaction(role, successor)
     await txn.send(output, b"successor", partition=0)
     with pytest.raises(FencedError):
         await old.acquire_epoch(role, LEASE, current=stale)
@@ -229,9 +230,9 @@ async def test_read_partition_of_an_empty_partition_is_empty(transport):
 async def test_read_partition_returns_committed_records_in_offset_order(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
     offsets = [await transport.append(1, *registration_record(role, "a")),
-               await transport.write_lease(1, *lease_record(role, token)),
+               await transport.write_lease(role, token, 1, *lease_record(role, token)),
                await transport.append(1, *registration_record(role, "b")),
-               await transport.write_lease(1, *lease_record(role, token, "b"))]
+               await transport.write_lease(role, token, 1, *lease_record(role, token, "b"))]
     read = await stable_read(transport, 1)
     assert [r.offset for r in read.records] == offsets
     assert [r.key for r in read.records] == [
@@ -242,10 +243,10 @@ async def test_read_partition_returns_committed_records_in_offset_order(transpor
 
 async def test_read_partition_hides_aborted_records(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
-    txn = await transport.begin_transaction(role)
+    txn = await transport.begin_transaction(role, token)
     aborted = await txn.write_lease(0, *lease_record(role, token, "aborted"))
     await txn.abort()
-    committed = await transport.write_lease(0, *lease_record(role, token, "committed"))
+    committed = await transport.write_lease(role, token, 0, *lease_record(role, token, "committed"))
     read = await stable_read(transport, 0)
     assert [r.offset for r in read.records] == [committed]
     assert aborted < committed
@@ -254,7 +255,7 @@ async def test_read_partition_hides_aborted_records(transport, role):
 async def test_read_partition_stops_at_an_open_transaction(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
     before = await transport.append(0, *registration_record(role, "a"))
-    txn = await transport.begin_transaction(role)
+    txn = await transport.begin_transaction(role, token)
     open_at = await txn.write_lease(0, *lease_record(role, token))
     try:
         read = await transport.read_partition(0)
@@ -272,7 +273,7 @@ async def test_tail_returns_a_newly_committed_record_within_a_fetch_round_trip(
     tail = await transport.tail(2, start.last_stable_offset)
     try:
         waiting = asyncio.ensure_future(tail.next())
-        offset = await transport.write_lease(2, *lease_record(role, token))
+        offset = await transport.write_lease(role, token, 2, *lease_record(role, token))
         committed_at = time.monotonic()
         seen: list[int] = []
         while offset not in seen:
@@ -292,7 +293,7 @@ async def test_tail_reports_a_transaction_opening_as_a_stable_offset_below_the_w
     token = await transport.acquire_epoch(role, LEASE)
     start = await stable_read(transport, 1)
     tail = await transport.tail(1, start.last_stable_offset)
-    txn = await transport.begin_transaction(role)
+    txn = await transport.begin_transaction(role, token)
     try:
         open_at = await txn.write_lease(1, *lease_record(role, token))
         read = await asyncio.wait_for(tail.next(), DEADLINE)
@@ -308,7 +309,7 @@ async def test_tail_reports_a_transaction_opening_as_a_stable_offset_below_the_w
 async def test_cancelling_tail_next_loses_no_record(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
     tail = await transport.tail(3, 0)
-    written = [await transport.write_lease(3, *lease_record(role, token, f"m{i}"))
+    written = [await transport.write_lease(role, token, 3, *lease_record(role, token, f"m{i}"))
                for i in range(20)]
     seen: list[int] = []
     deadline = time.monotonic() + DEADLINE
@@ -363,7 +364,7 @@ async def test_200_renewals_keep_the_token_on_a_transaction_version_2_cluster(
     assert features.finalized_level("transaction.version") >= 2
     token = await transport.acquire_epoch(role, LEASE)
     for _ in range(200):
-        await transport.write_lease(0, *lease_record(role, token))
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
     status = await transport.describe_epoch(role)
     assert status.token == token
     assert status.state in ("CompleteCommit", "PrepareCommit")
@@ -373,7 +374,7 @@ async def test_a_transaction_open_past_its_timeout_is_fenced(kafka_bootstrap, tr
                                                              new_topic):
     output = await new_topic(1, compacted=False)
     token = await transport.acquire_epoch(role, TXN_TIMEOUT)
-    txn = await transport.begin_transaction(role)
+    txn = await transport.begin_transaction(role, token)
     await txn.send(output, b"too slow", partition=0)
     # The coordinator aborts the transaction after its timeout, with a bump.
     await eventually(lambda: transport.describe_epoch(role),
@@ -387,33 +388,58 @@ async def test_a_transaction_open_past_its_timeout_is_fenced(kafka_bootstrap, tr
         await send_and_commit()
     await txn.abort()  # a no-op now: nothing to abort
     with pytest.raises(FencedError):
-        await transport.write_lease(0, *lease_record(role, token))
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
     assert await committed_values(kafka_bootstrap, output) == []
 
 
 async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
     for yields in range(0, 40, 3):
-        task = asyncio.ensure_future(transport.write_lease(0, *lease_record(role, token)))
+        task = asyncio.ensure_future(
+            transport.write_lease(role, token, 0, *lease_record(role, token)))
         await run_ready_callbacks(yields)  # cancel at a different await each round
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await transport.write_lease(0, *lease_record(role, token))
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
     assert (await transport.describe_epoch(role)).token == token
 
 
 async def test_release_closes_the_roles_producer(transport, role):
     token = await transport.acquire_epoch(role, LEASE)
-    await transport.release(role)
-    with pytest.raises(RuntimeError, match="no epoch acquired"):
-        await transport.write_lease(0, *lease_record(role, token))
+    await transport.release(role, token)
+    with pytest.raises(FencedError):
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
+
+
+async def test_a_call_naming_an_old_token_is_fenced_and_leaves_the_newer_producer_alone(
+    transport, role
+):
+    """A late call of this transport's previous tenure names its token; the
+    re-acquired producer holds a newer one, so the call touches nothing."""
+    old = await transport.acquire_epoch(role, LEASE)
+    new = await transport.acquire_epoch(role, LEASE)
+    with pytest.raises(FencedError):
+        await transport.write_lease(role, old, 0, *lease_record(role, old))
+    with pytest.raises(FencedError):
+        await transport.begin_transaction(role, old)
+    with pytest.raises(FencedError):
+        await transport.release(role, old)
+    assert (await transport.describe_epoch(role)).token == new
+    offset = await transport.write_lease(role, new, 0, *lease_record(role, new, "newer"))
+    read = await stable_read(transport, 0)
+    assert [(r.offset, r.value) for r in read.records] == [
+        (offset, lease_record(role, new, "newer")[1])]
 
 
 # ------------------------------------------------------------------ check_topic
 
 
-async def test_check_topic_accepts_a_compacted_topic_with_the_right_count(transport):
-    await transport.check_topic(PARTITIONS, LEASE)
+async def test_check_topic_accepts_a_compacted_topic_and_reports_the_abort_cleanup_interval(
+    transport
+):
+    check = await transport.check_topic(PARTITIONS, LEASE)
+    assert isinstance(check, TopicCheck)
+    assert check.abort_cleanup_interval_ms > 0
 
 
 async def test_check_topic_refuses_a_missing_topic(kafka_bootstrap):
@@ -465,7 +491,7 @@ async def test_closing_the_transport_stops_every_client_it_started(kafka_bootstr
         token = await transport.acquire_epoch(role, LEASE)
         await transport.check_topic(PARTITIONS, LEASE)
         await transport.append(0, *registration_record(role, "a"))
-        await transport.write_lease(0, *lease_record(role, token))
+        await transport.write_lease(role, token, 0, *lease_record(role, token))
         await transport.read_partition(0)
         tail = await transport.tail(0, 0)
         await transport.describe_epoch(role)

@@ -221,15 +221,15 @@ class LosingTransport(MemoryTransport):
 
     lost = False
 
-    async def write_lease(self, partition, key, value):
+    async def write_lease(self, role, token, partition, key, value):
         if self.lost:
             raise EpochLostError("the producer is closed")
-        return await super().write_lease(partition, key, value)
+        return await super().write_lease(role, token, partition, key, value)
 
-    async def begin_transaction(self, role):
+    async def begin_transaction(self, role, token):
         if self.lost:
             raise EpochLostError("the producer is closed")
-        return await super().begin_transaction(role)
+        return await super().begin_transaction(role, token)
 
 
 async def test_a_lost_epoch_writer_ends_the_tenure_at_the_next_renewal_not_the_fence_deadline():
@@ -270,10 +270,10 @@ class FlakyTransport(MemoryTransport):
 
     down = False
 
-    async def write_lease(self, partition, key, value):
+    async def write_lease(self, role, token, partition, key, value):
         if self.down:
             raise ConnectionError("broker unreachable")
-        return await super().write_lease(partition, key, value)
+        return await super().write_lease(role, token, partition, key, value)
 
 
 async def test_renewal_failures_are_retried_and_a_recovery_keeps_the_tenure():
@@ -400,7 +400,7 @@ async def test_a_standby_holds_its_challenge_while_an_open_transaction_hides_the
     await cluster.settle()
     # The other role's holder dies inside a lease transaction.
     crash(other)
-    txn = await other._transport.begin_transaction("reports")
+    txn = await other._transport.begin_transaction("reports", other.token)
     await txn.write_lease(0, b"\x00\x01\x00\x07reports\x00\x00", b"")
     await cluster.advance(LEASE * 3)
     assert not standby.done()
@@ -488,8 +488,8 @@ async def test_cancelling_a_writer_that_waits_for_the_lock_does_not_wedge_resign
 class SlowBeginTransport(MemoryTransport):
     """Opens transactions on the broker, then takes one more round trip to answer."""
 
-    async def begin_transaction(self, role):
-        txn = await super().begin_transaction(role)
+    async def begin_transaction(self, role, token):
+        txn = await super().begin_transaction(role, token)
         await run_ready_callbacks(1)  # one more round trip to the broker
         return txn
 

@@ -19,6 +19,7 @@ from coordination import (
     lease_key,
 )
 from coordination.memory import MAX_EPOCH
+from coordination.transport import TopicCheck
 from tests.loop import run_ready_callbacks
 
 STATE = "__coordination_state"
@@ -90,9 +91,10 @@ async def test_after_the_move_to_a_new_producer_id_the_old_token_is_fenced():
     old = MemoryTransport(broker)
     await exhaust(old)
     zombie = MemoryTransport(broker)
-    zombie._producers[ROLE] = FencingToken(5000, MAX_EPOCH)
+    stale = FencingToken(5000, MAX_EPOCH)
+    zombie._producers[ROLE] = stale
     with pytest.raises(FencedError):
-        await zombie.write_lease(0, KEY, lease_value(FencingToken(5000, MAX_EPOCH)))
+        await zombie.write_lease(ROLE, stale, 0, KEY, lease_value(stale))
 
 
 async def test_a_producer_id_is_never_handed_out_twice():
@@ -108,15 +110,33 @@ async def test_a_lease_write_by_a_superseded_producer_is_fenced():
     token = await old.acquire_epoch(ROLE, 30)
     await new.acquire_epoch(ROLE, 30)
     with pytest.raises(FencedError):
-        await old.write_lease(0, KEY, lease_value(token))
+        await old.write_lease(ROLE, token, 0, KEY, lease_value(token))
+
+
+async def test_a_call_naming_an_old_token_is_fenced_and_leaves_the_newer_producer_alone():
+    """A late call of this transport's previous tenure names its token; the
+    re-acquired producer holds a newer one, so the call touches nothing."""
+    transport = MemoryTransport(new_broker())
+    old = await transport.acquire_epoch(ROLE, 30)
+    new = await transport.acquire_epoch(ROLE, 30)
+    with pytest.raises(FencedError):
+        await transport.write_lease(ROLE, old, 0, KEY, lease_value(old))
+    with pytest.raises(FencedError):
+        await transport.begin_transaction(ROLE, old)
+    with pytest.raises(FencedError):
+        await transport.release(ROLE, old)
+    assert (await transport.read_partition(0)).high_watermark == 0
+    assert (await transport.describe_epoch(ROLE)).token == new
+    offset = await transport.write_lease(ROLE, new, 0, KEY, lease_value(new, "newer"))
+    assert [r.offset for r in (await transport.read_partition(0)).records] == [offset]
 
 
 async def test_the_current_producer_writes_and_gets_the_offset():
     transport = MemoryTransport(new_broker())
     token = await transport.acquire_epoch(ROLE, 30)
-    assert await transport.write_lease(0, KEY, lease_value(token)) == 0
+    assert await transport.write_lease(ROLE, token, 0, KEY, lease_value(token)) == 0
     # the commit marker took offset 1
-    assert await transport.write_lease(0, KEY, lease_value(token)) == 2
+    assert await transport.write_lease(ROLE, token, 0, KEY, lease_value(token)) == 2
 
 
 async def test_offsets_are_per_partition():
@@ -128,9 +148,9 @@ async def test_offsets_are_per_partition():
 
 async def test_records_of_an_open_transaction_are_invisible_and_hold_the_stable_offset():
     transport = MemoryTransport(new_broker())
-    await transport.acquire_epoch(ROLE, 30)
+    token = await transport.acquire_epoch(ROLE, 30)
     await transport.append(0, b"before", b"v")
-    txn = await transport.begin_transaction(ROLE)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.write_lease(0, KEY, b"x")
     await transport.append(0, b"after", b"v")
     read = await transport.read_partition(0)
@@ -140,8 +160,8 @@ async def test_records_of_an_open_transaction_are_invisible_and_hold_the_stable_
 
 async def test_committed_transactions_become_visible_in_offset_order():
     transport = MemoryTransport(new_broker())
-    await transport.acquire_epoch(ROLE, 30)
-    txn = await transport.begin_transaction(ROLE)
+    token = await transport.acquire_epoch(ROLE, 30)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.write_lease(0, KEY, b"x")
     await transport.append(0, b"after", b"v")
     await txn.commit()
@@ -152,8 +172,8 @@ async def test_committed_transactions_become_visible_in_offset_order():
 
 async def test_aborted_records_stay_invisible():
     transport = MemoryTransport(new_broker())
-    await transport.acquire_epoch(ROLE, 30)
-    txn = await transport.begin_transaction(ROLE)
+    token = await transport.acquire_epoch(ROLE, 30)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.write_lease(0, KEY, b"x")
     await txn.abort()
     read = await transport.read_partition(0)
@@ -164,8 +184,8 @@ async def test_aborted_records_stay_invisible():
 async def test_guarded_sends_to_other_topics_commit_with_the_transaction():
     broker = new_broker()
     transport = MemoryTransport(broker)
-    await transport.acquire_epoch(ROLE, 30)
-    txn = await transport.begin_transaction(ROLE)
+    token = await transport.acquire_epoch(ROLE, 30)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.send("out", b"invoice", partition=1)
     assert broker.partition("out", 1).read_committed(0).records == []
     await txn.commit()
@@ -176,7 +196,7 @@ async def test_a_challenge_during_an_open_transaction_aborts_it_with_an_extra_bu
     broker = new_broker()
     old, new = two_clients(broker)
     first = await old.acquire_epoch(ROLE, 30)
-    txn = await old.begin_transaction(ROLE)
+    txn = await old.begin_transaction(ROLE, first)
     await txn.send("out", b"zombie", partition=0)
     token = await new.acquire_epoch(ROLE, 30)
     assert token == FencingToken(first.producer_id, first.producer_epoch + 2)
@@ -207,7 +227,7 @@ async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_o
     old, new = two_clients(new_broker())
     stale = await old.acquire_epoch(ROLE, 30)
     current = await new.acquire_epoch(ROLE, 30)
-    txn = await new.begin_transaction(ROLE)
+    txn = await new.begin_transaction(ROLE, current)
     await txn.send("out", b"successor", partition=0)
     with pytest.raises(FencedError):
         await old.acquire_epoch(ROLE, 30, current=stale)
@@ -222,7 +242,7 @@ async def test_a_transaction_open_past_its_timeout_is_aborted_with_a_bump():
     broker = new_broker(clock=clock)
     transport = MemoryTransport(broker)
     token = await transport.acquire_epoch(ROLE, 3.0)
-    txn = await transport.begin_transaction(ROLE)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.send("out", b"slow", partition=0)
     clock.advance(3.001)
     status = await transport.describe_epoch(ROLE)
@@ -258,8 +278,8 @@ async def test_compaction_keeps_the_latest_record_of_each_key_at_its_offset():
 async def test_compaction_leaves_open_transactions_alone():
     broker = new_broker()
     transport = MemoryTransport(broker)
-    await transport.acquire_epoch(ROLE, 30)
-    txn = await transport.begin_transaction(ROLE)
+    token = await transport.acquire_epoch(ROLE, 30)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.write_lease(0, KEY, b"x")
     broker.compact(STATE)
     await txn.commit()
@@ -281,10 +301,10 @@ async def test_a_tail_returns_records_as_they_are_committed():
 
 async def test_a_tail_wakes_when_the_stable_offset_moves_without_new_records():
     transport = MemoryTransport(new_broker())
-    await transport.acquire_epoch(ROLE, 30)
+    token = await transport.acquire_epoch(ROLE, 30)
     tail = await transport.tail(0, 0)
     await tail.next()
-    txn = await transport.begin_transaction(ROLE)
+    txn = await transport.begin_transaction(ROLE, token)
     await txn.write_lease(0, KEY, b"x")
     stuck = await asyncio.wait_for(tail.next(), timeout=5)
     assert (stuck.records, stuck.last_stable_offset, stuck.high_watermark) == ([], 0, 1)
@@ -293,8 +313,9 @@ async def test_a_tail_wakes_when_the_stable_offset_moves_without_new_records():
     assert moved.last_stable_offset == 2
 
 
-async def test_check_topic_accepts_the_configured_topic():
-    await MemoryTransport(new_broker()).check_topic(4, 30)
+async def test_check_topic_accepts_the_configured_topic_and_reports_the_abort_cleanup_interval():
+    transport = MemoryTransport(new_broker(abort_cleanup_interval=10))
+    assert await transport.check_topic(4, 30) == TopicCheck(abort_cleanup_interval_ms=10_000)
 
 
 async def test_check_topic_refuses_a_missing_topic():
@@ -320,7 +341,7 @@ async def test_check_topic_refuses_a_lease_longer_than_the_transaction_timeout_l
         await transport.check_topic(4, 30)
 
 
-async def test_writing_a_lease_without_an_acquired_epoch_is_an_error():
+async def test_writing_a_lease_without_an_acquired_epoch_is_fenced():
     transport = MemoryTransport(new_broker())
-    with pytest.raises(RuntimeError, match="no epoch acquired"):
-        await transport.write_lease(0, KEY, b"x")
+    with pytest.raises(FencedError):
+        await transport.write_lease(ROLE, FencingToken(1000, 0), 0, KEY, b"x")

@@ -49,6 +49,10 @@ LONG_SEGMENT_MS = 3_600_000
 MISSING_GRACE = 1.0
 TOPIC_CONFIGS = ("cleanup.policy", "min.insync.replicas", "segment.ms")
 MAX_TIMEOUT = "transaction.max.timeout.ms"
+ABORT_INTERVAL = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+DEFAULT_ABORT_INTERVAL_MS = 10_000  # Kafka's default
+# "Well below the lease": at most a third of it.
+ABORT_INTERVAL_SHARE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class TopicFacts:
     replication: int
     configs: dict[str, str]
     transaction_max_timeout_ms: int
+    abort_cleanup_interval_ms: int
 
 
 class TopicChecker:
@@ -83,6 +88,7 @@ class TopicChecker:
         self._fetched_at = 0.0
         self._lock = asyncio.Lock()
         self._warned = False
+        self._warned_leases: set[int] = set()
 
     async def check(self, partitions: int | None, lease_duration: float | None) -> TopicFacts:
         """Refuse a topic or broker the protocol cannot run on (`StateTopicError`)."""
@@ -110,6 +116,8 @@ class TopicChecker:
                     "shorten the lease or raise transaction.max.timeout.ms on every broker"
                 )
         self._warn_once(facts)
+        if lease_duration is not None:
+            self._warn_abort_interval(facts, round(lease_duration * 1000))
         return facts
 
     async def facts(self) -> TopicFacts:
@@ -170,10 +178,12 @@ class TopicChecker:
         brokers = [broker["node_id"] for broker in metadata["brokers"]]
         resources = [ConfigResource(ConfigResourceType.TOPIC, self._topic,
                                     dict.fromkeys(TOPIC_CONFIGS))]
-        resources += [ConfigResource(ConfigResourceType.BROKER, str(node), {MAX_TIMEOUT: None})
+        resources += [ConfigResource(ConfigResourceType.BROKER, str(node),
+                                     {MAX_TIMEOUT: None, ABORT_INTERVAL: None})
                       for node in brokers]
         configs: dict[str, str] = {}
         max_timeouts: list[int] = []
+        abort_intervals: list[int] = []
         for response in await admin.describe_configs(resources):
             for resource in response.to_object()["resources"]:
                 if resource["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
@@ -185,14 +195,18 @@ class TopicChecker:
                            for e in resource["config_entries"]}
                 if resource["resource_type"] == ConfigResourceType.TOPIC:
                     configs = entries
-                elif MAX_TIMEOUT in entries:
-                    max_timeouts.append(int(entries[MAX_TIMEOUT]))
+                else:
+                    if MAX_TIMEOUT in entries:
+                        max_timeouts.append(int(entries[MAX_TIMEOUT]))
+                    if ABORT_INTERVAL in entries:
+                        abort_intervals.append(int(entries[ABORT_INTERVAL]))
         partitions = topic["partitions"]
         return TopicFacts(
             partitions=len(partitions),
             replication=min((len(p["replicas"]) for p in partitions), default=0),
             configs=configs,
             transaction_max_timeout_ms=min(max_timeouts, default=900_000),
+            abort_cleanup_interval_ms=max(abort_intervals, default=DEFAULT_ABORT_INTERVAL_MS),
         )
 
     async def _metadata(self, admin: Any) -> tuple[Any, Any]:
@@ -233,3 +247,21 @@ class TopicChecker:
         if segment_ms > LONG_SEGMENT_MS:
             log.warning("the state topic %r has segment.ms=%d; compaction only cleans closed "
                         "segments, so set a short segment.ms (e.g. 600000)", topic, segment_ms)
+
+    def _warn_abort_interval(self, facts: TopicFacts, lease_ms: int) -> None:
+        """Warn once per lease when the broker's abort cleanup is slow against it.
+
+        A holder that dies inside a transaction hides its partition's tail
+        until the coordinator aborts that transaction: its timeout (the
+        lease) plus up to one cleanup interval. Standbys of every role on the
+        partition hold their challenges that long, so failover slows by the
+        interval.
+        """
+        interval = facts.abort_cleanup_interval_ms
+        if interval * ABORT_INTERVAL_SHARE <= lease_ms or lease_ms in self._warned_leases:
+            return
+        self._warned_leases.add(lease_ms)
+        log.warning("the brokers' %s is %d ms, not well below the lease (%d ms): after a "
+                    "holder dies inside a transaction, standbys on its partition wait up to "
+                    "the lease plus %d ms; set it to about 1000 on every broker",
+                    ABORT_INTERVAL, interval, lease_ms, interval)

@@ -77,10 +77,9 @@ from coordination.kafka.protocol import (
 )
 from coordination.kafka.reader import PartitionReader
 from coordination.kafka.tail import KafkaTail, TailHub
-from coordination.records import decode_key
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
-from coordination.transport import PartitionRead
+from coordination.transport import PartitionRead, TopicCheck
 
 __all__ = ["STATE_TOPIC", "KafkaTransport"]
 
@@ -136,7 +135,8 @@ class KafkaTransport:
                                        timeout=operation_timeout)
         self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms), topic)
         self._producers: dict[str, RoleProducer] = {}
-        self._ended: dict[str, BaseException] = {}
+        # role -> (token, error) of its producer that retired itself (fenced, fatal)
+        self._ended: dict[str, tuple[FencingToken, BaseException]] = {}
         self._role_locks: dict[str, asyncio.Lock] = {}
         self._plain: Any = None
         self._plain_lock = asyncio.Lock()
@@ -256,11 +256,12 @@ class KafkaTransport:
         self._check_open()
         return await self._hub.follow(partition, from_offset)
 
-    async def check_topic(self, partitions: int, lease_duration: float | None) -> None:
+    async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse a state topic or broker the protocol cannot run on (`StateTopicError`)."""
         self._check_open()
-        await self._checker.check(partitions, lease_duration)
+        facts = await self._checker.check(partitions, lease_duration)
         self._topic_seen = True
+        return TopicCheck(facts.abort_cleanup_interval_ms)
 
     # Registrar.
 
@@ -287,9 +288,11 @@ class KafkaTransport:
 
     # LeaseWriter.
 
-    async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+    async def write_lease(
+        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
+    ) -> int:
         """Commit one lease record in its own transaction of the role's producer."""
-        txn = await self.begin_transaction(decode_key(key).role)
+        txn = await self.begin_transaction(role, token)
         try:
             offset = await txn.write_lease(partition, key, value)
             await txn.commit()
@@ -305,16 +308,24 @@ class KafkaTransport:
             raise
         return offset
 
-    async def begin_transaction(self, role: str) -> KafkaGuardedTransaction:
-        """Open a transaction on `role`'s fenced producer."""
+    async def begin_transaction(self, role: str, token: FencingToken) -> KafkaGuardedTransaction:
+        """Open a transaction on `role`'s fenced producer, which must hold `token`."""
         self._check_open()
-        owner = self._owner(role)
+        owner = self._owner(role, token)
         await self._require_topic()
         return await owner.begin()
 
-    async def release(self, role: str) -> None:
-        """Close `role`'s producer (bounded); its epoch can no longer write here."""
+    async def release(self, role: str, token: FencingToken) -> None:
+        """Close `role`'s producer (bounded), which must hold `token`."""
         async with self._lock(role):
+            owner = self._producers.get(role)
+            if owner is None or owner.token != token:
+                ended = self._ended.get(role)
+                if owner is None and ended is not None and ended[0] == token:
+                    self._ended.pop(role, None)
+                    return  # already retired and closed
+                raise FencedError(f"{role}: this transport's producer holds "
+                                  f"{None if owner is None else owner.token}, not {token}")
             self._ended.pop(role, None)
             await self._drop(role)
 
@@ -327,19 +338,20 @@ class KafkaTransport:
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())
 
-    def _owner(self, role: str) -> RoleProducer:
+    def _owner(self, role: str, token: FencingToken) -> RoleProducer:
         owner = self._producers.get(role)
-        if owner is not None:
+        if owner is not None and owner.token == token:
             return owner
         ended = self._ended.get(role)
-        if ended is not None:
-            raise again_after(ended)
-        raise RuntimeError(f"no epoch acquired for role {role!r} on this transport")
+        if owner is None and ended is not None and ended[0] == token:
+            raise again_after(ended[1])
+        raise FencedError(f"{role}: this transport's producer holds "
+                          f"{None if owner is None else owner.token}, not {token}")
 
     def _retired(self, owner: RoleProducer, error: BaseException) -> None:
         if self._producers.get(owner.role) is owner:
             del self._producers[owner.role]
-            self._ended[owner.role] = error
+            self._ended[owner.role] = (owner.token, error)
 
     async def _drop(self, role: str) -> None:
         owner = self._producers.pop(role, None)

@@ -1,0 +1,421 @@
+"""Run a function for as long as this member leads a role.
+
+`LeaderRunner` is the loop every active/standby program needs around
+`acquire_leadership`: campaign, run the function while leading, stop it when
+the tenure ends, campaign again, back off after failures, and stop cleanly.
+It is the only copy of that loop in this project; write your own only if
+you need something it cannot do, and keep its order of a clean stop.
+
+That order is the point. On a clean stop (or a step-down, or the function
+returning) the function is cancelled **first** and waited for, and only then
+is the role resigned: the resignation's lease tombstone is what lets a
+successor start, so the old function has stopped before any successor can
+see the role free. When the tenure ends on its own (a fence, a lost
+producer, the fence deadline) the function is cancelled at once; the broker
+has already refused, or will refuse, its guarded writes.
+
+States (`RunnerState`): IDLE until started; CAMPAIGNING while waiting for
+the role; LEADING while the function runs; HANDING_OVER while it is being
+stopped and the role resigned; BACKING_OFF after a failed or short tenure;
+STOPPED at the end. An observer hears of every tenure: elected, renewed
+(with the renewal's latency), fenced or resigned, then lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordination.clock import Clock, SystemClock
+from coordination.errors import InvalidStateError
+from coordination.leadership import Leadership, LeadershipOptions, acquire_leadership
+from coordination.partition import role_partition
+from coordination.records import encode_key, registration_key
+from coordination.transport import Transport
+
+__all__ = ["LeaderRunner", "RoleFunction", "RunnerObserver", "RunnerState", "TenureStop"]
+
+log = logging.getLogger("coordination.runner")
+
+RoleFunction = Callable[[Leadership], Awaitable[None]]
+"""``async def fn(leadership)``: the work only the leader does."""
+
+MAX_BACKOFF = 30.0
+
+
+class RunnerState(enum.Enum):
+    """Where a `LeaderRunner` is."""
+
+    IDLE = "idle"
+    CAMPAIGNING = "campaigning"
+    LEADING = "leading"
+    HANDING_OVER = "handing-over"
+    BACKING_OFF = "backing-off"
+    STOPPED = "stopped"
+
+
+_TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
+    RunnerState.IDLE: frozenset({RunnerState.CAMPAIGNING, RunnerState.STOPPED}),
+    RunnerState.CAMPAIGNING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF,
+                                        RunnerState.STOPPED}),
+    RunnerState.LEADING: frozenset({RunnerState.HANDING_OVER}),
+    RunnerState.HANDING_OVER: frozenset({RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF,
+                                         RunnerState.STOPPED}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.CAMPAIGNING, RunnerState.STOPPED}),
+    RunnerState.STOPPED: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TenureStop:
+    """When and why the function last stopped.
+
+    `reason` is one of ``"fenced"`` (the tenure ended on its own: `error`
+    says how), ``"stopped"`` (the runner was stopped), ``"stepped-down"``,
+    ``"returned"`` or ``"failed"`` (the function returned or raised).
+    `at` is wall-clock epoch ms; `fence_deadline` is the tenure's, for display.
+    """
+
+    at: int
+    reason: str
+    token: str
+    tenure: int
+    fence_deadline: int
+    error: str | None
+
+
+class RunnerObserver:
+    """What a runner reports; subclass and override what you need.
+
+    Every method is called from the runner's task and must not block.
+    """
+
+    def elected(self, role: str, leadership: Leadership) -> None:
+        """This member leads; the function starts next."""
+
+    def renewed(self, role: str, leadership: Leadership, latency: float) -> None:
+        """A lease renewal committed, `latency` seconds after it was sent."""
+
+    def fenced(self, role: str, leadership: Leadership) -> None:
+        """The tenure ended on its own (`leadership.err` says why); the function stopped."""
+
+    def resigned(self, role: str, leadership: Leadership) -> None:
+        """The runner handed the role back after stopping the function."""
+
+    def campaign_failed(self, role: str, error: BaseException) -> None:
+        """A campaign ended with `error` (the runner backs off and campaigns again)."""
+
+    def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
+        """The tenure is over and the function has stopped: the last event of a tenure."""
+
+
+class LeaderRunner:
+    """Runs `fn` on this member whenever it leads `role`, until `stop()`.
+
+    `stop_timeout` bounds each step of stopping (cancelling the function,
+    resigning, deregistering); a function that ignores cancellation that
+    long is reported and left, and its guarded writes are fenced by the
+    resignation's epoch bump. `retry_interval` is the first back-off after a
+    failed campaign or a tenure shorter than a lease; it doubles up to
+    `max_backoff`. Every wait is on `clock`'s monotonic time, so a
+    `ManualClock` drives the whole runner.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        role: str,
+        member: str,
+        fn: RoleFunction,
+        *,
+        options: LeadershipOptions | None = None,
+        clock: Clock | None = None,
+        observer: RunnerObserver | None = None,
+        stop_timeout: float = 5.0,
+        retry_interval: float = 1.0,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.transport = transport
+        self.role = role
+        self.member = member
+        self.fn = fn
+        self.options = options or LeadershipOptions()
+        self.clock: Clock = clock or SystemClock()
+        self.observer = observer or RunnerObserver()
+        self.stop_timeout = stop_timeout
+        self.retry_interval = retry_interval
+        self.max_backoff = max_backoff
+        self.leadership: Leadership | None = None
+        """The current tenure while LEADING or HANDING_OVER, else None."""
+        self.tenures = 0
+        self.running = False
+        """Whether the function is running now."""
+        self.last_stop: TenureStop | None = None
+        self._state = RunnerState.IDLE
+        self._stop = asyncio.Event()
+        self._deregister_on_stop = True
+        self._step_down = asyncio.Event()
+        self._deregister_on_step_down = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> RunnerState:
+        """The runner's lifecycle state."""
+        return self._state
+
+    @property
+    def leading(self) -> bool:
+        """Whether this member holds the role and may act on it now."""
+        return self.leadership is not None and not self.leadership.fenced()
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the loop in a task of its own until `stop` (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"runner {self.role}")
+        return self._task
+
+    async def stop(self, *, deregister: bool = True) -> None:
+        """Stop the function, resign (or stop campaigning) and end the loop.
+
+        With `deregister` (the default) this member's registration is
+        removed too, as a process that leaves for good should; a member
+        that will be back soon may keep it.
+        """
+        self._deregister_on_stop = deregister
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    def step_down(self, *, deregister: bool = False) -> None:
+        """Hand the current tenure over (function first, then resign), then campaign again.
+
+        Does nothing unless LEADING. The registration is kept unless
+        `deregister`; either way this member stands again after every other
+        candidate (no failback).
+        """
+        if self._state is RunnerState.LEADING:
+            self._deregister_on_step_down = deregister
+            self._step_down.set()
+
+    async def run(self) -> None:
+        """The loop itself; `start` runs it in a task."""
+        if self._state is not RunnerState.IDLE:
+            raise InvalidStateError(f"{self.role}: a runner runs once; make a new one")
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                self._move(RunnerState.CAMPAIGNING)
+                leadership = await self._campaign()
+                if leadership is None:
+                    if self._stop.is_set():
+                        if self._deregister_on_stop:
+                            await self._deregister()
+                        break
+                    failures += 1
+                    await self._back_off(failures)
+                    continue
+                started = self.clock.monotonic_ms()
+                stop = await self._lead(leadership)
+                if self._stop.is_set():
+                    break
+                if stop.reason == "stepped-down":
+                    failures = 0
+                    continue
+                # A tenure that ended quickly (the function returned or failed
+                # at once, or a fence at once) backs off, so a broken role does
+                # not mint an epoch per loop; a long tenure starts afresh.
+                long = self.clock.monotonic_ms() - started > self.options.lease_ms
+                failures = 1 if long else failures + 1
+                await self._back_off(failures)
+        finally:
+            self._state = RunnerState.STOPPED
+
+    async def _campaign(self) -> Leadership | None:
+        """Wait for this member's turn; None when stopped or after a transport error."""
+        acquiring = asyncio.ensure_future(acquire_leadership(
+            self.transport, self.role, self.member, options=self.options, clock=self.clock,
+        ))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            won = await self._settle_campaign(acquiring)
+            if won is not None:  # it won as the runner was cancelled: hand it back
+                await asyncio.shield(self._resign(won, deregister=self._deregister_on_stop))
+            raise
+        finally:
+            stopping.cancel()
+        leadership = await self._settle_campaign(acquiring)
+        if leadership is not None and self._stop.is_set():
+            await self._resign(leadership, deregister=self._deregister_on_stop)
+            return None
+        return leadership
+
+    async def _settle_campaign(self, acquiring: asyncio.Future[Leadership]
+                               ) -> Leadership | None:
+        """Cancel an unfinished campaign and wait for it; its Leadership if it won.
+
+        A campaign can win in the same instant it is cancelled; the tenure it
+        returns is resigned by the caller, never dropped.
+        """
+        if not acquiring.done():
+            acquiring.cancel()
+            await asyncio.shield(asyncio.wait({acquiring}))
+        if acquiring.cancelled():
+            return None
+        exc = acquiring.exception()
+        if exc is None:
+            return acquiring.result()
+        if isinstance(exc, ValueError):
+            raise exc  # a bad role name or option: retrying cannot help
+        log.warning("%s: %s could not stand for the role: %r", self.role, self.member, exc)
+        self.observer.campaign_failed(self.role, exc)
+        return None
+
+    async def _lead(self, leadership: Leadership) -> TenureStop:
+        """Run the function for one tenure; stop it first, then resign what is left."""
+        self.leadership = leadership
+        self.tenures += 1
+        self._step_down.clear()
+        self._move(RunnerState.LEADING)
+
+        def renewed(_lease: object, latency: float) -> None:
+            self.observer.renewed(self.role, leadership, latency)
+
+        leadership.on_renewed = renewed
+        self.observer.elected(self.role, leadership)
+        work = asyncio.create_task(self._call(leadership), name=f"{self.role} function")
+        stopping = asyncio.ensure_future(self._stop.wait())
+        stepping = asyncio.ensure_future(self._step_down.wait())
+        try:
+            waiting: set[asyncio.Future[Any]] = {work, leadership.done, stopping, stepping}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The runner's own task was cancelled: still stop in order.
+            await asyncio.shield(self._hand_over(leadership, work, "stopped",
+                                                 deregister=self._deregister_on_stop))
+            raise
+        finally:
+            stopping.cancel()
+            stepping.cancel()
+        if leadership.done.done():
+            reason = "fenced"
+        elif self._stop.is_set():
+            reason = "stopped"
+        elif self._step_down.is_set():
+            reason = "stepped-down"
+        elif work.cancelled() or work.exception() is not None:
+            reason = "failed"
+        else:
+            reason = "returned"
+        deregister = ((reason == "stopped" and self._deregister_on_stop)
+                      or (reason == "stepped-down" and self._deregister_on_step_down))
+        return await self._hand_over(leadership, work, reason, deregister=deregister)
+
+    async def _hand_over(self, leadership: Leadership, work: asyncio.Task[None], reason: str,
+                         *, deregister: bool) -> TenureStop:
+        self._move(RunnerState.HANDING_OVER)
+        await self._cancel(work)
+        if reason == "fenced":
+            log.warning("%s: %s stopped the role's function: the tenure of %s ended (%s)",
+                        self.role, self.member, leadership.token, leadership.err)
+        # After a fence the tombstone commits only if nobody took over (then a
+        # standby need not wait out the lease); the broker refuses it otherwise.
+        resigned = await self._resign(leadership, deregister=deregister)
+        error = None if leadership.err is None else str(leadership.err)
+        stop = TenureStop(at=self.clock.now_ms(), reason=reason, token=str(leadership.token),
+                          tenure=leadership.tenure, fence_deadline=leadership.fence_deadline,
+                          error=error)
+        self.last_stop = stop
+        if reason == "fenced":
+            self.observer.fenced(self.role, leadership)
+        elif resigned:
+            self.observer.resigned(self.role, leadership)
+        self.leadership = None
+        self.observer.lost(self.role, leadership, stop)
+        return stop
+
+    async def _call(self, leadership: Leadership) -> None:
+        self.running = True
+        try:
+            await self.fn(leadership)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if not (self._stop.is_set() or leadership.fenced()):
+                log.exception("%s: the role's function failed; resigning", self.role)
+            raise
+        else:
+            log.info("%s: the role's function returned; resigning", self.role)
+        finally:
+            self.running = False
+
+    async def _cancel(self, work: asyncio.Task[None]) -> None:
+        if work.done():
+            if not work.cancelled():
+                work.exception()  # logged by _call; retrieved so asyncio stays quiet
+            return
+        work.cancel()
+        if not await self._within(work, self.stop_timeout):
+            log.error("%s: the role's function ignored cancellation for %.1f s; it may "
+                      "still run, but its guarded writes are fenced once the role is "
+                      "resigned", self.role, self.stop_timeout)
+        elif not work.cancelled():
+            work.exception()
+
+    async def _resign(self, leadership: Leadership, *, deregister: bool) -> bool:
+        """Resign within `stop_timeout` (the hand-back goes on if it takes longer)."""
+        resigning = asyncio.ensure_future(leadership.resign(deregister=deregister))
+        if not await self._within(resigning, self.stop_timeout):
+            resigning.cancel()  # the hand-back itself goes on (Leadership.resign)
+            log.warning("%s: %s is still resigning after %.1f s; going on", self.role,
+                        self.member, self.stop_timeout)
+            return False
+        resigning.result()
+        return leadership.err is None
+
+    async def _deregister(self) -> None:
+        partition = role_partition(self.role, self.options.partitions)
+        key = encode_key(registration_key(self.role, self.member))
+        appending = asyncio.ensure_future(self.transport.append(partition, key, None))
+        # Best effort: a dead registration is passed over by the next leader.
+        if not await self._within(appending, self.stop_timeout):
+            appending.cancel()
+            log.warning("%s: %s could not deregister within %.1f s", self.role, self.member,
+                        self.stop_timeout)
+        elif appending.exception() is not None:
+            log.warning("%s: %s could not deregister: %r", self.role, self.member,
+                        appending.exception())
+
+    async def _within(self, work: asyncio.Future[Any], seconds: float) -> bool:
+        """Wait for `work` at most `seconds` of the clock's monotonic time; True if done."""
+        until = self.clock.monotonic_ms() + round(seconds * 1000)
+        timer = asyncio.ensure_future(self.clock.sleep_until_monotonic(until))
+        try:
+            await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        return work.done()
+
+    async def _back_off(self, failures: int) -> None:
+        self._move(RunnerState.BACKING_OFF)
+        delay = min(self.retry_interval * 2 ** (failures - 1), self.max_backoff)
+        until = self.clock.monotonic_ms() + round(delay * 1000)
+        sleeping = asyncio.ensure_future(self.clock.sleep_until_monotonic(until))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopping.cancel()
+
+    def _move(self, to: RunnerState) -> None:
+        if to not in _TRANSITIONS[self._state]:
+            raise InvalidStateError(
+                f"{self.role}: a runner cannot move from {self._state.value} to {to.value}"
+            )
+        self._state = to
