@@ -91,6 +91,15 @@ class Cluster:
             self.clock.advance_ms(step_ms)
             await self.settle()
 
+    async def stop_runners(self, *runners: Any, within: float = 30) -> None:
+        """Stop `runners` (LeaderRunner), moving time so their bounded steps end.
+
+        Call it from a ``finally``: a runner left running at the end of a test
+        would wait on this clock forever while the event loop shuts down.
+        """
+        stops = [asyncio.ensure_future(runner.stop()) for runner in runners]
+        await self.until(lambda: all(stop.done() for stop in stops), within=within)
+
     def out_values(self) -> list[bytes | None]:
         """What a read_committed consumer of the output topic sees."""
         return [r.value for r in self.broker.partition("out", 0).read_committed(0).records]

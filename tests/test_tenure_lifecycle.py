@@ -110,22 +110,23 @@ async def test_a_clean_handover_never_runs_two_role_functions_at_once():
         return runner
 
     runners = {"a": start("a")}
-    await cluster.until(lambda: runners["a"].running, within=2)
-    runners["b"] = start("b")
-    await cluster.advance(0.5)
-    for handover in range(10):
-        leader = next(m for m, r in runners.items() if r.running)
-        other = "b" if leader == "a" else "a"
-        stopping = asyncio.create_task(runners[leader].stop(deregister=False))
-        await cluster.until(lambda other=other: runners[other].running, within=LEASE, step_ms=5)
-        await cluster.until(stopping.done, within=5, step_ms=5)
-        runners[leader] = start(leader)
+    try:
+        await cluster.until(lambda: runners["a"].running, within=2)
+        runners["b"] = start("b")
         await cluster.advance(0.5)
-        assert intervals.starts == handover + 2
-    assert intervals.overlaps == []
-    for runner in runners.values():
-        stopping = asyncio.create_task(runner.stop())
-        await cluster.until(stopping.done, within=5)
+        for handover in range(10):
+            leader = next(m for m, r in runners.items() if r.running)
+            other = "b" if leader == "a" else "a"
+            stopping = asyncio.create_task(runners[leader].stop(deregister=False))
+            await cluster.until(lambda other=other: runners[other].running, within=LEASE,
+                                step_ms=5)
+            await cluster.until(stopping.done, within=5, step_ms=5)
+            runners[leader] = start(leader)
+            await cluster.advance(0.5)
+            assert intervals.starts == handover + 2
+        assert intervals.overlaps == []
+    finally:
+        await cluster.stop_runners(*runners.values())
 
 
 # A cancelled acquisition leaves nothing behind.
@@ -230,13 +231,14 @@ async def test_the_runner_stops_the_function_at_the_monotonic_fence_deadline():
     transport.cut = True
     cluster.clock.step_wall(-10)
     deadline = leadership.fence_deadline_monotonic
-    await cluster.until(lambda: not runner.running, within=LEASE * 5, step_ms=5)
-    assert cluster.clock.monotonic_ms() <= deadline + 5
-    assert runner.last_stop is not None
-    assert runner.last_stop.reason == "fenced"
-    transport.cut = False
-    stopping = asyncio.create_task(runner.stop())
-    await cluster.until(stopping.done, within=10)
+    try:
+        await cluster.until(lambda: not runner.running, within=LEASE * 5, step_ms=5)
+        assert cluster.clock.monotonic_ms() <= deadline + 5
+        assert runner.last_stop is not None
+        assert runner.last_stop.reason == "fenced"
+    finally:
+        transport.cut = False
+        await cluster.stop_runners(runner)
 
 
 # A guarded commit is bounded by the end of the tenure.
