@@ -29,6 +29,8 @@ from coordination import (
     acquire_leadership,
     describe_leadership,
     describe_role_state,
+    encode_key,
+    lease_key,
 )
 from tests.loop import run_ready_callbacks
 from tests.sim import LEASE, RENEW, STAGGER, STATE, Cluster, crash
@@ -228,9 +230,9 @@ async def test_the_runner_stops_the_function_at_the_monotonic_fence_deadline():
     await cluster.until(lambda: runner.running, within=2)
     leadership = runner.leadership
     assert leadership is not None
+    deadline = leadership.fence_deadline_monotonic
     transport.cut = True
     cluster.clock.step_wall(-10)
-    deadline = leadership.fence_deadline_monotonic
     try:
         await cluster.until(lambda: not runner.running, within=LEASE * 5, step_ms=5)
         assert cluster.clock.monotonic_ms() <= deadline + 5
@@ -311,9 +313,10 @@ async def test_a_late_resign_of_an_old_tenure_leaves_the_newer_tenure_alone():
 
 async def test_a_standby_holds_while_the_broker_has_not_yet_aborted_a_dead_holders_transaction():
     clock = ManualClock()
-    # The coordinator aborts timed-out transactions only every 5 s, as
-    # transaction.abort.timed.out.transaction.cleanup.interval.ms does.
-    broker = MemoryBroker(clock=clock, abort_cleanup_interval=5.0)
+    # The coordinator aborts timed-out transactions only every 10 s (Kafka's
+    # default transaction.abort.timed.out.transaction.cleanup.interval.ms), so
+    # the tail stays hidden for up to a lease plus 10 s.
+    broker = MemoryBroker(clock=clock, abort_cleanup_interval=10.0)
     broker.create_topic(STATE, 1)  # both roles share the only partition
     cluster = Cluster(partitions=1)
     cluster.clock, cluster.broker = clock, broker
@@ -322,8 +325,9 @@ async def test_a_standby_holds_while_the_broker_has_not_yet_aborted_a_dead_holde
     standby = cluster.candidate("b")
     await cluster.settle()
     crash(other)  # the other role's holder dies inside a transaction
-    await other._transport.begin_transaction("reports", other.token)
-    await cluster.advance(LEASE * 4)
+    txn = await other._transport.begin_transaction("reports", other.token)
+    await txn.write_lease(0, encode_key(lease_key("reports")), None)  # now the tail is hidden
+    await cluster.advance(LEASE * 6)
     assert not standby.done()
     assert not leader.done.done(), leader.err
     assert broker.describe(ROLE).token == leader.token  # nobody challenged the healthy leader
