@@ -17,7 +17,9 @@ the same clock the orchestrator and the other workers read):
 
 SIGUSR1 resigns and exits; SIGTERM exits (krabka resigns first). While
 leading it writes one record to ``--output`` every ``--interval`` seconds:
-JSON with system, member, seq.
+JSON with system, member, seq. krabka runs the library's `LeaderRunner` for
+one tenure: a resignation stops the writes first, then resigns; ``lost`` is
+printed the moment the tenure ends on its own, and the worker then exits.
 """
 
 from __future__ import annotations
@@ -70,53 +72,97 @@ class Worker:
 
 
 async def run_krabka(w: Worker) -> None:
-    from coordination import FencedError, acquire_leadership, describe_role_state
+    """The library's `LeaderRunner` for one tenure: the worker exits when it ends."""
+    from coordination import (
+        FencedError,
+        LeaderRunner,
+        Leadership,
+        LeadershipOptions,
+        RunnerObserver,
+        RunnerState,
+        TenureStop,
+        describe_role_state,
+    )
     from coordination.kafka import KafkaTransport
 
     a = w.args
+    over = asyncio.Event()
+
+    async def work(leadership: Leadership) -> None:
+        """One guarded write per interval until the runner cancels this."""
+        while True:
+            try:
+                async with leadership.transaction() as txn:
+                    await txn.send(a.output, w.record(), key=a.member.encode(), partition=0)
+            except FencedError:
+                await asyncio.wait({leadership.done})  # the runner cancels this then
+                return
+            emit("wrote", seq=w.seq)
+            await asyncio.sleep(a.interval)
+
+    class Reporter(RunnerObserver):
+        def __init__(self) -> None:
+            self.runner: LeaderRunner | None = None
+            self.noticed = False
+
+        def elected(self, role: str, leadership: Leadership) -> None:
+            emit("leading", producer_id=leadership.token.producer_id,
+                 producer_epoch=leadership.token.producer_epoch, tenure=leadership.tenure,
+                 deadline=leadership.lease.deadline)
+            leadership.done.add_done_callback(lambda _: self._ended(leadership))
+
+        def _ended(self, leadership: Leadership) -> None:
+            # Still LEADING: nobody asked for a hand-over, so the tenure ended
+            # on its own; reported now, not after the runner's hand-over.
+            if self.runner is not None and self.runner.state is RunnerState.LEADING:
+                self._lost(str(leadership.err))
+
+        def _lost(self, reason: str) -> None:
+            if not self.noticed:
+                self.noticed = True
+                emit("lost", reason=reason, seq=w.seq)
+
+        def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
+            if stop.reason != "stopped":
+                self._lost(stop.error or stop.reason)
+                over.set()
+
+    reporter = Reporter()
     async with KafkaTransport(a.bootstrap_servers, topic=a.state_topic,
                               tail_wait_ms=a.tail_wait_ms) as transport:
+        runner = LeaderRunner(
+            transport, a.role, a.member, work,
+            options=LeadershipOptions(a.partitions, a.lease, a.renew, a.stagger),
+            observer=reporter,
+        )
+        reporter.runner = runner
         emit("ready")
-        acquiring = asyncio.ensure_future(acquire_leadership(
-            transport, a.role, a.member, partitions=a.partitions, lease_duration=a.lease,
-            renew_interval=a.renew, challenge_stagger=a.stagger))
-        while not acquiring.done():
-            state = await describe_role_state(transport, a.role, a.partitions)
-            if a.member in state.roster:
-                break
-            await asyncio.wait([acquiring], timeout=0.02)
-        emit("registered")
-        stopping = asyncio.ensure_future(w.stop.wait())
-        await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if not acquiring.done():
-            acquiring.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await acquiring
-            return
-        stopping.cancel()
-        leadership = acquiring.result()
-        emit("leading", producer_id=leadership.token.producer_id,
-             producer_epoch=leadership.token.producer_epoch, tenure=leadership.tenure,
-             deadline=leadership.lease.deadline)
+        running = runner.start()
         try:
-            while True:
-                try:
-                    async with leadership.transaction() as txn:
-                        await txn.send(a.output, w.record(), key=a.member.encode(), partition=0)
-                except FencedError as exc:
-                    emit("lost", reason=str(exc), seq=w.seq)
-                    await leadership.resign(deregister=False)
-                    return
-                emit("wrote", seq=w.seq)
-                if await w.pause():
+            while not running.done() and runner.state is RunnerState.CAMPAIGNING:
+                state = await describe_role_state(transport, a.role, a.partitions)
+                if a.member in state.roster:
                     break
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await leadership.resign(deregister=False)
-            raise
-        emit("resigning", seq=w.seq)
-        await leadership.resign()
-        emit("resigned")
+                await asyncio.wait([running], timeout=0.02)
+            emit("registered")
+            ending = [asyncio.ensure_future(event.wait()) for event in (w.resign, w.stop, over)]
+            try:
+                await asyncio.wait([running, *ending], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in ending:
+                    waiting.cancel()
+            if running.done() or over.is_set():
+                await runner.stop(deregister=False)  # one tenure per worker
+            elif runner.state is RunnerState.LEADING:
+                # The runner stops the function first, then resigns.
+                emit("resigning", seq=w.seq)
+                await runner.stop(deregister=True)
+                emit("resigned")
+            else:
+                await runner.stop(deregister=False)
+        finally:
+            await runner.stop(deregister=False)
+            running.result()
 
 
 # --------------------------------------------------------------------------- peers

@@ -3,7 +3,8 @@
 A `FaultRun` owns one role on a fresh state topic and output topic
 (`tests.kafka_io.create_state_and_output_topics`), starts
 `tests.fault_member` processes for it (each with a journal of its guarded
-writes and a clock file the test can move), and stops every one of them by
+writes and a clock file the test can move: its wall clock alone, as an NTP
+step does, or both clocks, as a frozen VM's), and stops every one of them by
 PID. `FaultRun.report` reads the output partition as a read_committed
 consumer sees it, runs `check_history` over every member's journal, and adds
 what the fault cost:
@@ -33,6 +34,7 @@ import itertools
 import json
 import os
 import signal
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -140,12 +142,19 @@ class FaultRun:
     def clock_file(self, index: int) -> Path:
         return self.folder / f"member-{index}.clock"
 
-    def set_clock(self, service: Service, offset_ms: int) -> None:
-        """Move a member's clock by `offset_ms` from the true wall clock."""
+    def set_clock(self, service: Service, offset_ms: int, monotonic_ms: int = 0) -> None:
+        """Move a member's wall clock by `offset_ms` from the true wall clock, and its
+        monotonic clock by `monotonic_ms` (an NTP step moves only the wall clock)."""
         path = self.clock_file(service.index)  # type: ignore[attr-defined]
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(f"{offset_ms}\n")
+        temporary.write_text(f"{offset_ms} {monotonic_ms}\n")
         temporary.replace(path)
+
+    def set_clocks_back_after_freeze(self, service: Service, frozen_at_ms: int) -> None:
+        """A frozen VM's clocks (wall and monotonic) stood still while it was
+        frozen: set both of a stopped member's back by the time since `frozen_at_ms`."""
+        behind = -(time.time_ns() // 1_000_000 - frozen_at_ms)
+        self.set_clock(service, behind, monotonic_ms=behind)
 
     def stop_all(self) -> None:
         """Stop every member by PID: all at once, so no standby takes over from

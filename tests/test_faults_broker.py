@@ -1,4 +1,4 @@
-"""Faults of the broker and of the network, on a broker of the test's own (issue 5, item 3).
+"""Faults of the broker and of the network, on a broker of the test's own.
 
 Like tests/test_faults_real.py, each test runs `tests.fault_member` processes
 for one role, injects one fault, lets the role settle, stops every process by
@@ -14,6 +14,9 @@ with ``kafka.py down`` at the end, also when the test fails.
   on the veth's host-side address (``kafka.py up --host``). Setting that veth
   down drops every packet (no RST): a true partition. Needs root (``ip netns``);
   a refused ``ip`` command fails the test with the refusal.
+- The leader's wall clock stepped back while its renewals hang (the broker
+  SIGSTOPped): it still stops at its fence deadline, which runs on the
+  monotonic clock.
 
 ``test_bug_*`` tests show a library bug these runs found; they fail until it is
 fixed.
@@ -406,6 +409,69 @@ async def test_a_leader_cut_off_by_the_network_is_fenced_and_rejoins_as_a_candid
           f"fence deadline; b led {successor['t_ms'] - deadline} ms after a's lease ran out "
           f"({successor['t_ms'] - cut_at} ms after the cut); cut for "
           f"{restored_at - cut_at} ms")
+
+
+STEP_BACK_MS = 10_000
+# How late after its fence deadline the leader may print `fenced` here. Under
+# 1 s on purpose: a call hung since the broker stopped outlives the transaction
+# timeout (the lease) and ends the tenure through the lost producer at least
+# 1 s after the fence deadline, so only the deadline itself meets this bound.
+STEPPED_SLACK_MS = 500
+# How the fence deadline ends a tenure (coordination/leadership.py).
+OWN_DEADLINE = "could not be renewed before the fence deadline"
+
+
+async def test_a_leader_whose_wall_clock_steps_back_10_s_stops_by_its_monotonic_fence_deadline(
+    broker, run
+):
+    """a leads alone; the broker stops answering (SIGSTOP), so a's renewals
+    hang, and then a's wall clock is stepped back 10 s (as NTP may), its
+    monotonic clock left alone. a stops its function at its fence deadline,
+    measured on the monotonic clock from its last renewal's send: 2 s (lease
+    3 s less the margin) after that send, not 10 s later as a deadline on the
+    wall clock would be. Once the broker answers again, a leads again."""
+    a = run.start("a")
+    first = a.wait_for("leading", TIMEOUT)
+    await eventually(lambda: committed(run, "a"), lambda n: n >= 10, within=TIMEOUT)
+    a.wait_for("renewed", TIMEOUT, tenure=first["tenure"])
+
+    cut_at = now_ms()
+    broker.kill("STOP")
+    try:
+        stepped_at = now_ms()
+        run.set_clock(a, -STEP_BACK_MS)
+        fenced = a.wait_for("fenced", TIMEOUT)
+    finally:
+        broker.kill("CONT")
+    continued_at = now_ms()
+    again = a.wait_for("leading", TIMEOUT, since=a.events.index(fenced) + 1)
+    await eventually(lambda: committed(run, "a", again["tenure"]), lambda n: n >= 5,
+                     within=TIMEOUT)
+    run.stop_all()
+
+    report = await run.report("wall-step-back-renewals-cut", fault_at_ms=cut_at,
+                              bootstrap=broker.bootstrap)
+    assert_clean(report)
+    assert report.tenures >= 2
+    assert OWN_DEADLINE in fenced["error"], fenced
+    renewals = [e for e in a.events[:a.events.index(fenced)]
+                if e["event"] == "renewed" and e["tenure"] == first["tenure"]]
+    last = renewals[-1]
+    # The step came after the last renewal a heard of was sent: a deadline on
+    # the wall clock would have moved 10 s later.
+    assert last["sent_ms"] < stepped_at, (last, stepped_at)
+    fence_deadline = last["sent_ms"] + int(TIMING.lease * 1000) - MARGIN_MS
+    late = fenced["t_ms"] - fence_deadline
+    assert -100 <= late <= STEPPED_SLACK_MS, (late, last, fenced)
+    # The function stopped then: no write of that tenure started after it.
+    assert not [x for x in run.attempts()
+                if x.record.tenure == first["tenure"] and x.started_ms > fenced["t_ms"]]
+    assert again["tenure"] > first["tenure"]
+    print(f"\nwall-step-back: last renewal sent {cut_at - last['sent_ms']} ms before the cut; "
+          f"wall clock stepped back {STEP_BACK_MS} ms {stepped_at - cut_at} ms after the cut; "
+          f"a fenced {late} ms after its fence deadline ({fenced['t_ms'] - cut_at} ms after "
+          f"the cut); broker stopped for {continued_at - cut_at} ms; a led again "
+          f"{again['t_ms'] - continued_at} ms after it answered")
 
 
 async def test_bug_a_leader_that_takes_back_its_own_lapsed_lease_deregisters_itself(broker, run):

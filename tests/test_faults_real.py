@@ -1,4 +1,4 @@
-"""Faults injected into real member processes on the real broker (issue 5, item 3).
+"""Faults injected into real member processes on the real broker.
 
 Every test starts `tests.fault_member` processes for one role, injects one
 fault, lets the role settle, stops every process by PID, and ends with the
@@ -25,6 +25,10 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT = 60
 TIMING = Timing(lease=3.0, renew=1.0, stagger=0.5, interval=0.1)
+# How a tenure ends when the leader's own (monotonic) fence deadline passes
+# (coordination/leadership.py): what a zombie whose clocks say its lease is
+# live must not be stopped by.
+OWN_DEADLINE = "could not be renewed before the fence deadline"
 trials = pytest.mark.parametrize("trial", range(TRIALS))
 
 
@@ -114,25 +118,27 @@ async def test_sigstop_past_the_deadline_then_sigcont_commits_nothing_after_the_
 async def test_a_leader_frozen_at_any_instant_whose_clock_comes_back_behind_commits_nothing_late(
     run, trial
 ):
-    """A frozen VM: SIGSTOP at a random instant, then its clock is set back
-    by the time it was frozen, so on SIGCONT it believes its lease and
-    writes. Its next writes are refused by the broker, or, if the freeze
-    caught a call in flight, that call outlives the transaction timeout and
-    ends the tenure as unknown; either way none is visible."""
+    """A frozen VM: SIGSTOP at a random instant, then both its clocks (wall
+    and monotonic) are set back by the time it was frozen, so on SIGCONT it
+    believes its lease and writes. Its next writes are refused by the broker,
+    or, if the freeze caught a call in flight, that call outlives the
+    transaction timeout and ends the tenure as unknown; either way none is
+    visible, and its own fence deadline did not end the tenure."""
     a, b = await leader_and_standby(run)
     frozen_at = now_ms()
     a.signal(signal.SIGSTOP)
     b.wait_for("leading", TIMEOUT)
     await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 5, within=TIMEOUT)
-    run.set_clock(a, -(now_ms() - frozen_at))
+    run.set_clocks_back_after_freeze(a, frozen_at)
     a.signal(signal.SIGCONT)
-    a.wait_for("fenced", TIMEOUT)
+    fenced = a.wait_for("fenced", TIMEOUT)
     await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 10, within=TIMEOUT)
     run.stop_all()
 
     report = await run.report("frozen-zombie", fault_at_ms=frozen_at)
     assert_clean(report)
     assert report.tenures == 2
+    assert OWN_DEADLINE not in fenced["error"], fenced
 
 
 @trials
@@ -140,14 +146,14 @@ async def test_a_leader_frozen_inside_an_open_transaction_is_refused_by_the_brok
     run, trial
 ):
     """The zombie at its worst: frozen after sending, before committing, with
-    its clock set back on thawing, so it commits at once."""
+    both its clocks set back on thawing, so it commits at once."""
     a, b = await leader_and_standby(run)
     a.signal(signal.SIGUSR1)
     frozen_at = a.wait_for("freezing", TIMEOUT)["t_ms"]
     await eventually(lambda: _process_state(a.pid), lambda state: state == "T", within=TIMEOUT)
     b.wait_for("leading", TIMEOUT)
     await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 5, within=TIMEOUT)
-    run.set_clock(a, -(now_ms() - frozen_at))
+    run.set_clocks_back_after_freeze(a, frozen_at)
     a.signal(signal.SIGCONT)
     fenced = a.wait_for("fenced", TIMEOUT)
     await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 10, within=TIMEOUT)
