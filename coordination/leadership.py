@@ -301,6 +301,12 @@ class _Candidate:
                 await self._lost(token)
                 return None
             await self.follower.close()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A cancellation requested while this task ran on without
+                # suspending would only be delivered after the return, and
+                # asyncio would drop the returned Leadership: hand it back now.
+                raise asyncio.CancelledError
         except BaseException:
             await _hand_back(self.transport, self.role, token, self.partition,
                              self.options.lease_duration, tombstone=began)
@@ -443,8 +449,8 @@ async def _hand_back(
     current, and always close its producer. Returns the errors met (a fence
     is not an error here: it means a successor already holds the role).
 
-    Runs in a task of its own and is awaited through a shield, so a caller
-    cancelled meanwhile never leaves the producer open.
+    Runs in a task of its own that a cancelled caller still waits for, so
+    the producer is closed by the time the cancellation propagates.
     """
     errors: list[BaseException] = []
 
@@ -472,8 +478,26 @@ async def _hand_back(
             except Exception as exc:
                 errors.append(exc)
 
-    await asyncio.shield(asyncio.ensure_future(steps()))
+    await _through_cancellation(asyncio.ensure_future(steps()))
     return errors
+
+
+async def _through_cancellation(work: asyncio.Future[None]) -> None:
+    """Wait for `work` to finish even if the caller is cancelled meanwhile,
+    then deliver the cancellation.
+
+    For clean-up that must be over when the caller's cancellation arrives
+    (its steps are each bounded by the transport), so that a cancelled
+    `acquire_leadership` has handed its epoch back by the time it raises.
+    """
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _token_still_current(transport: Transport, role: str, token: FencingToken) -> bool:

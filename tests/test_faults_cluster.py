@@ -493,7 +493,7 @@ async def test_a_frozen_leader_cannot_write_through_the_coordinator_that_took_ov
         successor = await eventually(other_leader, lambda holder: holder is not None,
                                      within=TIMEOUT)
         await wait_commits(run, frozen_ms, 10)
-    run.set_clock(a, -(now_ms() - frozen_ms))
+    run.set_clocks_back_after_freeze(a, frozen_ms)
     thawed_ms = now_ms()
     a.signal(signal.SIGCONT)
     ended = a.wait_for("fenced", TIMEOUT)
