@@ -13,6 +13,8 @@ fails at once when a worker exits on its own; every worker is stopped by PID.
 from __future__ import annotations
 
 import asyncio
+import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +25,7 @@ import pytest
 from app.faust_patches import REBALANCED_DURING_RECOVERY
 from coordination import RoleState, describe_role_state
 from coordination.kafka import KafkaTransport
-from tests.test_app_harness import AppGroup, AppWorker
+from tests.test_app_harness import AppGroup, AppWorker, get_json
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +43,16 @@ START = 60.0
 exactly_once, see docs/app.md), on a 2-core machine."""
 POLL = 0.1
 SEEK_CHECK = "tests.faust_seek_check"
+ROLLING_BUDGET = 60.0
+"""Seconds in which the rolling restart starts handovers, after the first
+`MIN_HANDOVERS` (each handover runs to its end)."""
+TARGET_HANDOVERS = 20
+MIN_HANDOVERS = 3
+"""A handover waits for the restarted worker to register, which it does only
+after its first table recovery (about 22 s per handover here, docs/app.md):
+the budget holds three or four, not the target's twenty."""
+SAMPLE_TIMEOUT = 0.5
+"""Seconds a /health probe of the holder sampler may take (a stopping worker can hang)."""
 
 
 class WorkerExited(AssertionError):
@@ -94,6 +106,9 @@ def _state(group: AppGroup) -> RoleState:
 
 def _registered(group: AppGroup, worker: AppWorker) -> bool:
     """Whether `worker`'s member is on the role's roster (a standby or the holder)."""
+    health = worker.health()
+    if not (health and ROLE in health["roles"]):
+        return False  # its role runner has not started: no need to ask the broker
     try:
         return worker.member in _state(group).roster
     except Exception:  # the broker answered late: ask again
@@ -155,3 +170,101 @@ def test_a_worker_joining_during_a_restarted_workers_table_recovery_crashes_neit
     assert _logged(group, REBALANCED_DURING_RECOVERY)
     _check_alive([a, b])
     print(f"\nworker joining during recovery: {time.monotonic() - started:.1f} s")
+
+
+def _leader_and_standby(group: AppGroup) -> tuple[AppWorker, AppWorker]:
+    """A leads, then B starts and registers."""
+    a = group.start()
+    _until(lambda: _leading(a), START, "the first worker leading", [a])
+    b = group.start()
+    _until(lambda: _registered(group, b), START, "the second worker registered", [a, b])
+    return a, b
+
+
+class HolderSampler:
+    """Asks every current worker's /health whether it leads, every `POLL` s, in a
+    thread; `gaps()` are the stretches with no worker leading."""
+
+    def __init__(self, group: AppGroup) -> None:
+        self.group = group
+        self.samples: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="holder sampler", daemon=True)
+
+    def __enter__(self) -> HolderSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _leads(self, worker: AppWorker) -> bool:
+        try:
+            status, body = get_json(worker.url + "/health", timeout=SAMPLE_TIMEOUT)
+        except Exception:  # a worker stopping or starting
+            return False
+        return status == 200 and bool(body["roles"].get(ROLE, {}).get("leading"))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            current = {w.port: w for w in self.group.workers}.values()  # the latest per port
+            held = any(self._leads(w) for w in current if w.alive())
+            self.samples.append((time.monotonic(), held))
+            self._stop.wait(POLL)
+
+    def gaps(self) -> list[float]:
+        """Seconds from the first sample with no leader to the next sample with one."""
+        gaps, since = [], None
+        for at, held in self.samples:
+            if not held and since is None:
+                since = at
+            elif held and since is not None:
+                gaps.append(at - since)
+                since = None
+        if since is not None:
+            gaps.append(self.samples[-1][0] - since)
+        return gaps
+
+
+def _fences(group: AppGroup) -> list[str]:
+    """Log lines of tenures fenced by someone else (a resign's own bump excluded)."""
+    return [line for w in {w.port: w for w in group.workers}.values()
+            for line in w.log.read_text(errors="replace").splitlines()
+            if re.search(r"was fenced|is superseded \(", line)]
+
+
+def test_a_rolling_restart_hands_the_role_over_every_time(group):
+    """A leads and B stands by; SIGTERM A, B takes over, A starts again at
+    once; once A is registered, SIGTERM B, and so on. No worker may exit on
+    its own, and no stretch without a leader may outlast lease + stagger x
+    members (the slot of the last member after a lapse). A sampler asks both
+    workers' /health every 0.1 s; a gap is measured to within one probe
+    (at most `SAMPLE_TIMEOUT` s)."""
+    a, b = _leader_and_standby(group)
+    leader, standby = a, b
+    handovers: list[float] = []
+    with HolderSampler(group) as sampler:
+        started = time.monotonic()
+        while len(handovers) < MIN_HANDOVERS or (
+                len(handovers) < TARGET_HANDOVERS
+                and time.monotonic() - started < ROLLING_BUDGET):
+            begun = time.monotonic()
+            returning = _restart(group, leader)  # it resigns; restarted once it has exited
+            _until(lambda s=standby: _leading(s), HELD_AGAIN_WITHIN, "the standby leading",
+                   [standby, returning])
+            handovers.append(time.monotonic() - begun)
+            _until(lambda r=returning: _registered(group, r), START,
+                   "the restarted worker registered", [standby, returning])
+            leader, standby = standby, returning
+        took = time.monotonic() - started
+    _check_alive([leader, standby])
+    gaps = sampler.gaps()
+    fences = _fences(group)
+    print(f"\nrolling restart: {len(handovers)} handovers in {took:.1f} s; SIGTERM to the "
+          f"successor seen leading: max {max(handovers):.2f} s; leaderless gaps "
+          f"{[round(g, 2) for g in gaps]} s (bound {HELD_AGAIN_WITHIN:g} s); "
+          f"fenced tenures: {len(fences)}")
+    for line in fences:
+        print(f"  {line}")
+    assert max(gaps, default=0.0) <= HELD_AGAIN_WITHIN + SAMPLE_TIMEOUT, gaps
