@@ -1,5 +1,5 @@
-"""Two fixes to faust-streaming 0.15.3's exactly_once mode, applied when the
-worker app is built. Both were seen on the local broker (docs/app.md).
+"""Three fixes to faust-streaming 0.15.3, applied when the worker app is
+built. All three were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
 Faust's table recovery asks the consumer thread for each changelog
@@ -26,21 +26,46 @@ crashes and the worker exits non-zero. A producer that is not in a
 transaction has nothing uncommitted, so its commit is skipped: at worst the
 offsets stay where the last commit put them and records are folded again
 (the fold ignores records at or below a value's last applied offset).
+
+3. A rebalance during table recovery. ``Recovery._restart_recovery`` waits
+for the active changelogs with ``self._wait(...)``, which raises
+``RebalanceAgain`` when another rebalance starts meanwhile; but that one wait
+sits in a ``try`` whose ``except Exception`` only closes a tracing span and
+does not re-raise (faust/tables/recovery.py, lines 464-471 in 0.15.3). The
+superseded recovery then goes on to its standby phase with the *new*
+generation's standby partitions, whose offsets it never read (``None``
+placeholders), and ``consumer.seek(tp, None)`` raises ``ValueError("Offset
+must be a positive integer")``: the Recovery service crashes and the worker
+exits. Under exactly_once the active wait lasts at least ten seconds (the
+end is found only after two 5 s idle polls), so any peer that leaves and
+comes back within that time after a worker (re)started triggers it
+(docs/upstream-faust.md). The fix: ``_wait`` raises ``RebalanceAgain`` at
+once when a newer rebalance is already pending, before it starts the awaited
+step; the loop then restarts recovery for the new generation, as it does
+when the signal comes during a wait. Applied to faust-streaming 0.15.3 only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import faust
+from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["apply"]
+__all__ = ["REBALANCED_DURING_RECOVERY", "RECOVERY_PATCH_VERSIONS", "apply"]
 
 log = logging.getLogger("app.faust_patches")
 
 _APPLIED = "_krabka_patched"
+
+RECOVERY_PATCH_VERSIONS = frozenset({"0.15.3"})
+"""The faust-streaming versions whose recovery loop swallows ``RebalanceAgain``
+(check a new version's ``Recovery._restart_recovery`` before adding it here)."""
 
 
 async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]:
@@ -66,11 +91,42 @@ async def _commit_transactions(self: Any, tid_to_offset_map: Mapping[str, Any], 
                 await producer.begin_transaction()
 
 
+_original_recovery_wait = faust_recovery.Recovery._wait
+
+REBALANCED_DURING_RECOVERY = ("a rebalance started during table recovery: "
+                              "recovery restarts for the new assignment")
+
+
+async def _recovery_wait(self: Any, coro: Any, timeout: Any = None) -> None:  # noqa: ASYNC109
+    """``Recovery._wait`` (same signature), which also raises ``RebalanceAgain`` for a rebalance
+    that started *before* the call (one an earlier, swallowed wait saw)."""
+    if self.signal_recovery_start.is_set():
+        if inspect.iscoroutine(coro):
+            coro.close()  # never started: no "was never awaited" warning
+        elif isinstance(coro, asyncio.Future):
+            coro.cancel()
+        log.info(REBALANCED_DURING_RECOVERY)
+        raise faust_recovery.RebalanceAgain()
+    await _original_recovery_wait(self, coro, timeout)
+
+
 def apply() -> None:
-    """Patch Faust's aiokafka driver (idempotent)."""
+    """Patch Faust's aiokafka driver and, on 0.15.3, its table recovery (idempotent)."""
     thread = faust_aiokafka.AIOKafkaConsumerThread
     if getattr(thread, _APPLIED, False):
         return
     thread._highwaters = _highwaters  # type: ignore[method-assign]
     faust_aiokafka.Producer.commit_transactions = _commit_transactions  # type: ignore[method-assign]
+    _patch_recovery(faust.__version__)
     setattr(thread, _APPLIED, True)
+
+
+def _patch_recovery(version: str) -> bool:
+    """Install the recovery fix if `version` (faust-streaming's) is one it was checked on."""
+    if version not in RECOVERY_PATCH_VERSIONS:
+        log.warning("faust-streaming %s: the recovery patch is for %s only; check whether "
+                    "Recovery._restart_recovery still swallows RebalanceAgain "
+                    "(docs/upstream-faust.md)", version, ", ".join(sorted(RECOVERY_PATCH_VERSIONS)))
+        return False
+    faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
+    return True

@@ -123,8 +123,9 @@ class AppGroup:
             check=True, capture_output=True, timeout=60,
         )
 
-    def start(self, port: int | None = None) -> AppWorker:
-        worker = AppWorker(self, port or free_port())
+    def start(self, port: int | None = None, *, app_module: str = "app.main") -> AppWorker:
+        """A worker of ``faust -A APP_MODULE`` (by default the service's own app)."""
+        worker = AppWorker(self, port or free_port(), app_module)
         self.workers.append(worker)
         return worker
 
@@ -171,14 +172,15 @@ async def read_committed(bootstrap: str, topic: str, count: int, seconds: float)
 class AppWorker:
     """One ``faust -A app.main worker`` process, its log and its web port."""
 
-    def __init__(self, group: AppGroup, port: int) -> None:
+    def __init__(self, group: AppGroup, port: int, app_module: str = "app.main") -> None:
         self.group = group
         self.port = port
+        self.app_module = app_module
         self.url = f"http://127.0.0.1:{port}"
         self.member = f"{socket.gethostname()}:{port}"
         self.log = group.folder / f"worker-{port}.log"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
+            [sys.executable, "-m", "faust", "-A", app_module, "worker", "-l", "info"],
             env=group.env(port), cwd=ROOT, stdin=subprocess.DEVNULL,
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )

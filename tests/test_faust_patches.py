@@ -1,0 +1,150 @@
+"""The faust-streaming patches of `app.faust_patches`: what they change, and
+that every private name they rely on is still there (a Faust or aiokafka
+upgrade that renames one must fail here, not in production)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import faust
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from faust.tables import recovery as faust_recovery
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from app import faust_patches
+
+RebalanceAgain = faust_recovery.RebalanceAgain
+
+
+@pytest.fixture
+async def recovery():
+    """Faust's own table-recovery service of an app that is never started."""
+    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
+    return app.tables.recovery
+
+
+class Step:
+    """A recovery step (the coroutine `_wait` is given) that records whether it ran."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.ran = False
+        self.error = error
+
+    async def __call__(self) -> str:
+        self.ran = True
+        if self.error is not None:
+            raise self.error
+        return "done"
+
+
+# --- the recovery patch --------------------------------------------------------------
+
+
+async def test_a_step_of_a_superseded_recovery_is_never_started(recovery):
+    recovery.signal_recovery_start.set()  # a newer rebalance is pending
+    step = Step()
+    coro = step()
+    with pytest.raises(RebalanceAgain):
+        await faust_patches._recovery_wait(recovery, coro)
+    assert not step.ran
+    assert coro.cr_frame is None  # closed: no "coroutine was never awaited" warning
+
+
+async def test_unpatched_faust_runs_it_and_its_error_wins_over_the_rebalance(recovery):
+    """The crash, in miniature: with a rebalance already pending, Faust's own
+    ``_wait`` still starts the step, and a seek that fails at once (offset
+    None) raises its ValueError instead of RebalanceAgain."""
+    recovery.signal_recovery_start.set()
+    seek = Step(ValueError("Offset must be a positive integer"))
+    with pytest.raises(ValueError, match="positive integer"):
+        await faust_patches._original_recovery_wait(recovery, seek())
+    assert seek.ran
+    patched = Step(ValueError("Offset must be a positive integer"))
+    with pytest.raises(RebalanceAgain):
+        await faust_patches._recovery_wait(recovery, patched())
+    assert not patched.ran
+
+
+async def test_without_a_pending_rebalance_the_step_runs_as_before(recovery):
+    step = Step()
+    await faust_patches._recovery_wait(recovery, step())
+    assert step.ran
+    failing = Step(ValueError("a real error"))
+    with pytest.raises(ValueError, match="a real error"):
+        await faust_patches._recovery_wait(recovery, failing())
+
+
+async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery):
+    release = asyncio.Event()
+
+    async def slow_step() -> None:
+        await release.wait()
+
+    async def rebalance_soon() -> None:
+        await asyncio.sleep(0)
+        recovery.signal_recovery_start.set()
+
+    rebalance = asyncio.create_task(rebalance_soon())
+    with pytest.raises(RebalanceAgain):
+        await faust_patches._recovery_wait(recovery, slow_step())
+    await rebalance
+
+
+def test_the_recovery_patch_is_installed_only_on_the_version_it_was_checked_on(monkeypatch):
+    original = faust_patches._original_recovery_wait
+    monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
+    assert not faust_patches._patch_recovery("0.99.0")
+    assert faust_recovery.Recovery._wait is original
+    assert faust_patches._patch_recovery("0.15.3")
+    assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
+
+
+def test_the_installed_faust_is_patched():
+    assert faust.__version__ in faust_patches.RECOVERY_PATCH_VERSIONS
+    faust_patches.apply()
+    assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
+    assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
+    assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
+
+
+# --- the private names the patches rely on -------------------------------------------
+
+
+def _parameters(function: object) -> list[str]:
+    return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+
+
+def test_faust_recovery_still_has_what_the_recovery_patch_relies_on():
+    recovery_class = faust_recovery.Recovery
+    assert _parameters(faust_patches._original_recovery_wait) == ["self", "coro", "timeout"]
+    assert isinstance(inspect.getattr_static(recovery_class, "signal_recovery_start"), property)
+    assert issubclass(RebalanceAgain, Exception)
+    loop = inspect.getsource(recovery_class._restart_recovery.fun)  # a mode ServiceTask
+    # The wait whose RebalanceAgain the loop swallows, the loop catching what the
+    # patch raises, and the steps after it that go through `_wait`.
+    assert "await self._wait(self.signal_recovery_end.wait())" in loop
+    assert "except RebalanceAgain" in loop
+    assert "self._seek_offsets" in loop
+    assert "self.on_recovery_completed" in loop
+
+
+def test_faust_and_aiokafka_still_have_what_the_other_patches_rely_on():
+    thread = faust_aiokafka.AIOKafkaConsumerThread
+    assert _parameters(thread._highwaters) == ["self", "partitions"]
+    assert "self._highwaters" in inspect.getsource(thread.highwaters)
+    assert callable(thread._ensure_consumer)
+    assert callable(AIOKafkaConsumer.end_offsets)
+    producer = faust_aiokafka.Producer
+    assert _parameters(producer.commit_transactions) == [
+        "self", "tid_to_offset_map", "group_id", "start_new_transaction"]
+    assert isinstance(inspect.getattr_static(producer, "_trn_locks"), dict)
+    assert isinstance(inspect.getattr_static(producer, "_transaction_producers"), dict)
+
+
+async def test_an_aiokafka_transactional_producer_still_exposes_its_transaction_state():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="patch-test")
+    assert producer._txn_manager.is_in_transaction() is False
+    for name in ("send_offsets_to_transaction", "commit_transaction", "begin_transaction"):
+        assert callable(getattr(producer, name))
