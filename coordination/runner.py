@@ -361,9 +361,11 @@ class LeaderRunner:
             return
         work.cancel()
         if not await self._within(work, self.stop_timeout):
-            log.error("%s: the role's function ignored cancellation for %.1f s; it may "
-                      "still run, but its guarded writes are fenced once the role is "
-                      "resigned", self.role, self.stop_timeout)
+            # Still aborting its transaction over a slow link, or ignoring
+            # cancellation: either way the resignation's bump fences it.
+            log.warning("%s: the role's function has not stopped %.1f s after it was "
+                        "cancelled; it may still run, but its guarded writes are fenced once "
+                        "the role is resigned", self.role, self.stop_timeout)
         elif not work.cancelled():
             work.exception()
 
