@@ -55,11 +55,23 @@ class Intervals:
         return [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
 
 
+class SlowCloseTransport(KafkaTransport):
+    """A producer close that takes 100 ms, as one with requests in flight does.
+
+    Not a wait for anything: it widens the window in which a resignation that
+    ran before the function was stopped would let both functions run.
+    """
+
+    async def release(self, role, token):
+        await asyncio.sleep(0.1)
+        await super().release(role, token)
+
+
 async def test_fifty_clean_handovers_between_two_workers_never_overlap(kafka_bootstrap):
     state, _ = await create_state_and_output_topics(kafka_bootstrap, OPTIONS.partitions)
     name = f"test.handover-{uuid.uuid4().hex[:8]}"
     intervals = Intervals()
-    transports = {m: KafkaTransport(kafka_bootstrap, topic=state) for m in ("a", "b")}
+    transports = {m: SlowCloseTransport(kafka_bootstrap, topic=state) for m in ("a", "b")}
     runners: dict[str, RoleRunner] = {}
 
     def start(member: str) -> RoleRunner:
