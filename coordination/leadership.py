@@ -812,8 +812,18 @@ class Leadership:
         )
 
     async def _abort_quietly(self, txn: GuardedTransaction) -> None:
+        """Abort, bounded by the end of the tenure; best effort.
+
+        Once the tenure has ended, the abort is not sent: the coordinator
+        aborts the transaction itself (its epoch is superseded, or it times
+        out, and `resign()`'s conditional bump aborts it at once), and a
+        broker that may be gone would hold a cancelled function past its
+        tenure.
+        """
+        if self._state is TenureState.ENDED:
+            return
         try:
-            await txn.abort()
+            await self._bounded(txn.abort())
         except Exception as exc:  # the tenure may be over already; the abort is best effort
             log.debug("%s: abort after a failed transaction: %r", self.role, exc)
 

@@ -320,20 +320,21 @@ class LeaderRunner:
                          *, deregister: bool) -> TenureStop:
         self._move(RunnerState.HANDING_OVER)
         await self._cancel(work)
-        if reason == "fenced":
-            log.warning("%s: %s stopped the role's function: the tenure of %s ended (%s)",
-                        self.role, self.member, leadership.token, leadership.err)
-        # After a fence the tombstone commits only if nobody took over (then a
-        # standby need not wait out the lease); the broker refuses it otherwise.
-        resigned = await self._resign(leadership, deregister=deregister)
+        # The stop is when the function stopped, not when the resignation
+        # (bounded, but slow without a broker) returned.
         error = None if leadership.err is None else str(leadership.err)
         stop = TenureStop(at=self.clock.now_ms(), reason=reason, token=str(leadership.token),
                           tenure=leadership.tenure, fence_deadline=leadership.fence_deadline,
                           error=error)
         self.last_stop = stop
         if reason == "fenced":
+            log.warning("%s: %s stopped the role's function: the tenure of %s ended (%s)",
+                        self.role, self.member, leadership.token, leadership.err)
             self.observer.fenced(self.role, leadership)
-        elif resigned:
+        # After a fence the tombstone commits only if nobody took over (then a
+        # standby need not wait out the lease); the broker refuses it otherwise.
+        resigned = await self._resign(leadership, deregister=deregister)
+        if reason != "fenced" and resigned:
             self.observer.resigned(self.role, leadership)
         self.leadership = None
         self.observer.lost(self.role, leadership, stop)

@@ -503,3 +503,52 @@ async def test_acquire_leadership_takes_options_or_keywords_but_not_both():
     with pytest.raises(ValueError, match="not both"):
         await acquire_leadership(cluster.transport(), ROLE, "a", options=OPTIONS,
                                  lease_duration=LEASE)
+
+
+class UnreachableTransport(CutTransport):
+    """Once cut, renewals fail and a transaction's abort never gets an answer."""
+
+    async def begin_transaction(self, role, token):
+        txn = await super().begin_transaction(role, token)
+        transport = self
+
+        class Stuck:
+            send = txn.send
+            write_lease = txn.write_lease
+            commit = txn.commit
+
+            async def abort(self) -> None:
+                if transport.cut:
+                    await asyncio.Event().wait()
+                await txn.abort()
+
+        return Stuck()
+
+
+async def test_a_function_cut_off_inside_a_transaction_stops_at_the_fence_deadline():
+    cluster = Cluster()
+    transport = UnreachableTransport(cluster.broker)
+    inside = asyncio.Event()
+
+    async def writer(leadership: Leadership) -> None:
+        async with leadership.transaction() as txn:
+            await txn.send("out", b"x", partition=0)
+            inside.set()
+            await asyncio.Event().wait()
+
+    runner = LeaderRunner(transport, ROLE, "a", writer, options=OPTIONS, clock=cluster.clock)
+    runner.start()
+    try:
+        await cluster.until(inside.is_set, within=2)
+        leadership = runner.leadership
+        assert leadership is not None
+        deadline = leadership.fence_deadline_monotonic
+        transport.cut = True
+        await cluster.until(lambda: not runner.running, within=LEASE * 3, step_ms=5)
+        # The abort the broker would never answer is not waited for.
+        assert cluster.clock.monotonic_ms() <= deadline + 5
+        assert runner.last_stop is not None
+        assert runner.last_stop.reason == "fenced"
+    finally:
+        transport.cut = False
+        await cluster.stop_runners(runner)
