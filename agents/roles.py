@@ -74,6 +74,7 @@ class MetricsObserver(RunnerObserver):
 
     def elected(self, role: str, leadership: Leadership) -> None:
         self._metrics.leading(role, True)
+        self._metrics.lease_written(role, leadership.first_lease_latency)
 
     def renewed(self, role: str, leadership: Leadership, latency: float) -> None:
         self._metrics.lease_written(role, latency)

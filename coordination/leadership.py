@@ -313,8 +313,10 @@ class _Candidate:
             raise
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
-        return Leadership(self.transport, self.role, self.member, self.partition, token,
-                          tenure, lease, self.options, self.clock, sent_mono)
+        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
+                                tenure, lease, self.options, self.clock, sent_mono)
+        leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
+        return leadership
 
     async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
         """Commit the tenure's first lease record and, in the same transaction,
@@ -593,6 +595,8 @@ class Leadership:
         self.lease = lease
         self.options = options
         self.on_renewed: Callable[[Lease, float], None] | None = None
+        self.first_lease_latency = 0.0
+        """Seconds from sending the tenure's first lease record to its commit."""
         self._transport = transport
         self._clock = clock
         self._key = encode_key(lease_key(role))

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from agents.roles import RoleRunner, role
+from agents.roles import MetricsObserver, RoleRunner, role
+from app.metrics import Metrics
 from coordination import (
     Leadership,
     LeadershipOptions,
@@ -230,3 +231,20 @@ def test_the_decorator_registers_async_functions_once():
             pass
     with pytest.raises(ValueError, match="empty"):
         role("")
+
+
+async def test_the_metrics_count_the_first_lease_and_every_renewal():
+    cluster = Cluster()
+    probe = Probe(cluster.clock)
+    metrics = Metrics()
+    a = RoleRunner(cluster.transport(), ROLE, probe.for_member("a"), "a", OPTIONS,
+                   clock=cluster.clock, observer=MetricsObserver(metrics))
+    a.start()
+    await cluster.until(lambda: a.leading, within=2)
+    assert metrics.renewals[ROLE].total == 1  # the first lease
+    await cluster.advance(RENEW * 3 + 0.1)
+    assert metrics.renewals[ROLE].total == 4
+    assert metrics.held[ROLE] == 1
+    await stop_all(cluster, a)
+    assert metrics.held[ROLE] == 0
+    assert metrics.resignations[ROLE] == 1
