@@ -308,8 +308,10 @@ class _Candidate:
                 # asyncio would drop the returned Leadership: hand it back now.
                 raise asyncio.CancelledError
         except BaseException:
+            fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
             await _hand_back(self.transport, self.role, token, self.partition,
-                             self.options.lease_duration, tombstone=began)
+                             self.options.lease_duration, tombstone=began,
+                             retire_epoch=self.clock.monotonic_ms() < fence_deadline)
             raise
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
@@ -446,37 +448,59 @@ async def _hand_back(
     lease_duration: float,
     *,
     tombstone: bool,
+    retire_epoch: bool,
 ) -> list[BaseException]:
-    """Give `token` up: tombstone its lease, retire the epoch if it is still
-    current, and always close its producer. Returns the errors met (a fence
-    is not an error here: it means a successor already holds the role).
+    """Give `token` up: retire its epoch, then tombstone its lease, and always
+    close its producer. Returns the errors met (a fence is not an error here:
+    it means a successor already holds the role).
+
+    The epoch is retired first, while the lease is still live: no standby
+    challenges before the lease deadline, so no successor can have minted
+    an epoch, let alone opened a transaction, that the bump could abort
+    (Kafka aborts the current epoch's open transaction on a conditional
+    InitProducerId that names a superseded epoch of the same producer id).
+    The tombstone then goes through the same producer under the bumped
+    epoch, which nobody holds as a token; only its commit lets a successor
+    start. `retire_epoch` is False once the tenure's fence deadline has
+    passed: a challenger may then be under way, so the epoch is left to the
+    successor's InitProducerId and the tombstone is sent under `token`
+    (refused, and invisible, if a successor already took the role).
 
     Runs in a task of its own that a cancelled caller still waits for, so
     the producer is closed by the time the cancellation propagates.
     """
     errors: list[BaseException] = []
+    held = token  # the epoch the role's producer writes under
 
     async def steps() -> None:
-        # Each step is tried whatever the one before met: a lease that could
-        # not be cleared lapses, but the epoch must still be retired.
+        nonlocal held
+        # Each step is tried whatever the one before met: an epoch that could
+        # not be retired is retired by the successor's InitProducerId, and a
+        # lease that could not be cleared lapses.
+        superseded = False
         try:
-            if tombstone:
+            if retire_epoch:
+                try:
+                    if await _token_still_current(transport, role, token):
+                        held = await transport.acquire_epoch(role, lease_duration,
+                                                             current=token)
+                    else:
+                        superseded = True
+                except FencedError:
+                    superseded = True
+                except Exception as exc:
+                    errors.append(exc)
+            if tombstone and not superseded:
                 try:
                     with contextlib.suppress(FencedError):
-                        await transport.write_lease(role, token, partition,
+                        await transport.write_lease(role, held, partition,
                                                     encode_key(lease_key(role)), None)
                 except Exception as exc:
                     errors.append(exc)
-            try:
-                if await _token_still_current(transport, role, token):
-                    with contextlib.suppress(FencedError):
-                        await transport.acquire_epoch(role, lease_duration, current=token)
-            except Exception as exc:
-                errors.append(exc)
         finally:
             try:
                 with contextlib.suppress(FencedError):
-                    await transport.release(role, token)
+                    await transport.release(role, held)
             except Exception as exc:
                 errors.append(exc)
 
@@ -509,10 +533,7 @@ async def _token_still_current(transport: Transport, role: str, token: FencingTo
     it aborts an ongoing transaction: sent with a superseded epoch while a
     successor's transaction is open, it fences the successor (found by the
     real-process fault runs; verified on Kafka 4.4.0). So a leader whose
-    token is already superseded never sends it. A successor can still bump
-    and open a transaction between this answer and the bump's arrival (it
-    needs a tail hop and two round trips to this one); that costs the
-    successor its tenure, never safety.
+    token is already superseded never sends it.
     """
     status = await transport.describe_epoch(role)
     return status.token == token
@@ -689,13 +710,15 @@ class Leadership:
 
         From the first instant `fenced()` is true and no new guarded write
         starts; an open one is waited for (it is bounded by the end of the
-        tenure). Then, through the tenure's own producer, a lease tombstone
-        (a deposed leader's is never visible); a conditional bump of the
-        epoch if this tenure's token is still current (asked first, see
-        `_token_still_current`), so it stops being authoritative without
-        fencing a successor; the producer is closed whatever happened
-        before; and, unless `deregister` is False, this member's
-        registration is removed.
+        tenure). Then a conditional bump of the epoch if this tenure's token
+        is still current (asked first, see `_token_still_current`), so it
+        stops being authoritative while no successor can exist yet; a lease
+        tombstone through the tenure's own producer, under the bumped epoch
+        (a deposed leader's is never visible), which lets the next member
+        take over at once; the producer is closed whatever happened before;
+        and, unless `deregister` is False, this member's registration is
+        removed. After the fence deadline the epoch is not bumped (a
+        challenger may be under way): the tombstone goes under the token.
 
         Call it after a tenure ended on its own too: it then closes the
         producer (and clears the lease if nobody took over). It does not
@@ -723,6 +746,7 @@ class Leadership:
                 errors += await _hand_back(
                     self._transport, self.role, self.token, self.partition,
                     self.options.lease_duration, tombstone=True,
+                    retire_epoch=self._clock.monotonic_ms() < self.fence_deadline_monotonic,
                 )
                 if deregister:
                     try:
@@ -820,9 +844,8 @@ class Leadership:
 
         Once the tenure has ended, the abort is not sent: the coordinator
         aborts the transaction itself (its epoch is superseded, or it times
-        out, and `resign()`'s conditional bump aborts it at once), and a
-        broker that may be gone would hold a cancelled function past its
-        tenure.
+        out), and a broker that may be gone would hold a cancelled function
+        past its tenure.
         """
         if self._state is TenureState.ENDED:
             return

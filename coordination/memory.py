@@ -411,13 +411,17 @@ class MemoryTransport:
     ) -> FencingToken:
         """InitProducerId on the broker's coordinator; keeps the producer it binds."""
         await _round_trip()
-        token = self.broker.init_producer_id(role, transaction_timeout, current)
-        if current is None:
+        holding = current is not None and self._producers.get(role) == current
+        try:
+            token = self.broker.init_producer_id(role, transaction_timeout, current)
+        except FencedError:
+            if holding:
+                del self._producers[role]  # a fenced producer never writes again
+            raise
+        if current is None or holding:
+            # A conditional bump moves the producer that held `current` to the
+            # new epoch, as `KafkaTransport` does.
             self._producers[role] = token
-        elif self._producers.get(role) == current:
-            # The conditional bump retires the producer of the old token and,
-            # like Kafka's raw InitProducerId, binds no new one.
-            del self._producers[role]
         try:
             await _round_trip()
         except asyncio.CancelledError:

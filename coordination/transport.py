@@ -64,7 +64,10 @@ class Coordinator(Protocol):
 
         The epoch binds to that producer; `LeaseWriter` writes through it.
         With `current`, the bump is conditional (KIP-360): it happens only
-        while `current` is the coordinator's token, else `FencedError`.
+        while `current` is the coordinator's token, else `FencedError`; the
+        producer that held `current` (if this transport has it) then holds
+        the new token, so a resignation can clear its lease under an epoch
+        no longer authoritative for anyone.
         """
         ...
 

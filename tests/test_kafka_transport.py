@@ -187,6 +187,21 @@ async def test_a_conditional_bump_with_the_current_token_bumps(transport, role):
         await transport.write_lease(role, token, 0, *lease_record(role, token))
 
 
+async def test_a_conditional_bump_moves_the_producer_to_the_new_epoch(transport, role):
+    """The producer that held the bumped token writes on under the new one:
+    several transactions, so the idempotent sequence numbers restart too."""
+    token = await transport.acquire_epoch(role, LEASE)
+    await transport.write_lease(role, token, 0, *lease_record(role, token))
+    bumped = await transport.acquire_epoch(role, LEASE, current=token)
+    offsets = [await transport.write_lease(role, bumped, 0, *lease_record(role, bumped))
+               for _ in range(3)]
+    assert offsets == sorted(offsets)
+    read = await stable_read(transport, 0)
+    assert read.records[-1].offset == offsets[-1]
+    assert (await transport.describe_epoch(role)).token == bumped
+    await transport.release(role, bumped)
+
+
 async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing(
     transports, role
 ):

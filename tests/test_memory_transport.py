@@ -210,6 +210,18 @@ async def test_a_conditional_bump_with_the_current_token_bumps():
     token = await transport.acquire_epoch(ROLE, 30)
     bumped = await transport.acquire_epoch(ROLE, 30, current=token)
     assert bumped == FencingToken(token.producer_id, token.producer_epoch + 1)
+    with pytest.raises(FencedError):  # the resigned token cannot write any more
+        await transport.begin_transaction(ROLE, token)
+
+
+async def test_a_conditional_bump_moves_the_producer_to_the_new_epoch():
+    transport = MemoryTransport(new_broker())
+    token = await transport.acquire_epoch(ROLE, 30)
+    bumped = await transport.acquire_epoch(ROLE, 30, current=token)
+    txn = await transport.begin_transaction(ROLE, bumped)
+    await txn.send("out", b"after the bump", partition=0)
+    await txn.commit()
+    await transport.release(ROLE, bumped)
 
 
 async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing():

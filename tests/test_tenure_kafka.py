@@ -8,6 +8,7 @@ to the broker the members are separate clients, as separate processes are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -24,7 +25,7 @@ from coordination import (
     describe_role_state,
 )
 from coordination.kafka import KafkaTransport
-from tests.kafka_io import create_state_and_output_topics
+from tests.kafka_io import committed_values, create_state_and_output_topics
 from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -111,6 +112,47 @@ async def test_fifty_clean_handovers_between_two_workers_never_overlap(kafka_boo
         await asyncio.gather(*(r.stop() for r in runners.values()), return_exceptions=True)
         for transport in transports.values():
             await transport.__aexit__(None, None, None)
+
+
+class BumpWhenToldTransport(KafkaTransport):
+    """A resigning leader whose epoch bump waits until `go` is set, for at most
+    `hold` seconds (well inside the lease it still holds): a successor that
+    could start before the bump has all the time it needs to open a
+    transaction for the bump to land in."""
+
+    def __init__(self, *args: Any, hold: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold = hold
+        self.go = asyncio.Event()
+
+    async def acquire_epoch(self, role, transaction_timeout, current=None):
+        if current is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.go.wait(), self.hold)
+        return await super().acquire_epoch(role, transaction_timeout, current)
+
+
+async def test_a_resign_never_fences_a_successor_that_opens_a_transaction_at_once(
+        kafka_bootstrap):
+    state, output = await create_state_and_output_topics(kafka_bootstrap, OPTIONS.partitions)
+    name = f"test.resign-race-{uuid.uuid4().hex[:8]}"
+    old = BumpWhenToldTransport(kafka_bootstrap, topic=state, hold=1.0)
+    new = KafkaTransport(kafka_bootstrap, topic=state)
+    async with old, new:
+        leader = await acquire_leadership(old, name, "a", options=OPTIONS)
+        standby = asyncio.ensure_future(acquire_leadership(new, name, "b", options=OPTIONS))
+        await eventually(lambda: describe_role_state(new, name, OPTIONS.partitions),
+                         lambda s: s.roster == ["a", "b"], within=30)
+        resigning = asyncio.ensure_future(leader.resign())
+        successor = await asyncio.wait_for(standby, 30)
+        async with successor.transaction() as txn:
+            await txn.send(output, b"successor", partition=0)
+            old.go.set()
+            await resigning  # the old leader's hand-back ends while this is open
+        assert leader.err is None
+        assert not successor.fenced(), successor.err
+        assert await committed_values(kafka_bootstrap, output) == [b"successor"]
+        await successor.resign()
 
 
 class CancellingTransport(KafkaTransport):

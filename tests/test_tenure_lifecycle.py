@@ -21,6 +21,7 @@ from coordination import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
+    Lease,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
@@ -30,7 +31,9 @@ from coordination import (
     describe_leadership,
     describe_role_state,
     encode_key,
+    encode_lease,
     lease_key,
+    role_partition,
 )
 from tests.loop import run_ready_callbacks
 from tests.sim import LEASE, RENEW, STAGGER, STATE, Cluster, crash
@@ -287,6 +290,76 @@ async def test_a_commit_unanswered_at_the_end_of_the_tenure_raises_outcome_unkno
     assert leadership.done.done()  # the tenure itself ended at its fence deadline
 
 
+# A resignation never fences the successor it makes way for.
+
+
+class SuccessorAtCall(MemoryTransport):
+    """A resigning leader's client; at its `k`-th call made after the role's lease
+    is seen cleared, a successor (its own client) mints an epoch and opens its
+    first-lease transaction before the call goes on. That is the fastest a
+    standby can be: it needs only to see the tombstone."""
+
+    def __init__(self, cluster: Cluster, k: int) -> None:
+        super().__init__(cluster.broker)
+        self.cluster = cluster
+        self.k = k
+        self.calls_since_cleared = 0
+        self.successor = cluster.transport()
+        self.opened: tuple[object, object] | None = None
+
+    async def _before_call(self) -> None:
+        if self.opened is not None:
+            return
+        partition = role_partition(ROLE, self.cluster.partitions)
+        records = self.broker.partition(STATE, partition).read_committed(0).records
+        if not any(r.key == encode_key(lease_key(ROLE)) and r.value is None for r in records):
+            return
+        if self.calls_since_cleared == self.k:
+            token = await self.successor.acquire_epoch(ROLE, LEASE)
+            txn = await self.successor.begin_transaction(ROLE, token)
+            lease = Lease("b", token.producer_id, token.producer_epoch, 0, 10**12)
+            await txn.write_lease(partition, encode_key(lease_key(ROLE)), encode_lease(lease))
+            self.opened = (token, txn)
+        self.calls_since_cleared += 1
+
+    async def describe_epoch(self, role):
+        await self._before_call()
+        return await super().describe_epoch(role)
+
+    async def acquire_epoch(self, role, transaction_timeout, current=None):
+        await self._before_call()
+        return await super().acquire_epoch(role, transaction_timeout, current)
+
+    async def write_lease(self, role, token, partition, key, value):
+        await self._before_call()
+        return await super().write_lease(role, token, partition, key, value)
+
+    async def release(self, role, token):
+        await self._before_call()
+        await super().release(role, token)
+
+    async def append(self, partition, key, value):
+        await self._before_call()
+        return await super().append(partition, key, value)
+
+
+@pytest.mark.parametrize("k", range(4))
+async def test_a_resign_never_fences_a_successor_that_starts_once_the_lease_is_cleared(k):
+    cluster = Cluster()
+    transport = SuccessorAtCall(cluster, k)
+    leadership = await lead(cluster, "a", transport=transport)
+    await leadership.resign()
+    if transport.opened is None:  # k is past the resign's last call: the successor comes after
+        transport.k = transport.calls_since_cleared
+        await transport._before_call()
+    assert transport.opened is not None
+    token, txn = transport.opened
+    await txn.commit()  # FencedError if the resign's epoch bump aborted it
+    status = await describe_leadership(cluster.transport(), ROLE)
+    assert status.authoritative(token)
+    assert not status.authoritative(leadership.token)
+
+
 # A late call of an old tenure cannot touch a newer tenure on the same transport.
 
 
@@ -414,12 +487,17 @@ class FailingTransport(MemoryTransport):
             self._maybe_fail("deregister")
         return await super().append(partition, key, value)
 
+    async def acquire_epoch(self, role, transaction_timeout, current=None):
+        if current is not None:
+            self._maybe_fail("retire")
+        return await super().acquire_epoch(role, transaction_timeout, current)
+
     async def release(self, role, token):
         self.released.append(token)
         await super().release(role, token)
 
 
-@pytest.mark.parametrize("failing", ["tombstone", "deregister"])
+@pytest.mark.parametrize("failing", ["retire", "tombstone", "deregister"])
 async def test_resign_keeps_the_error_it_met_and_always_closes_the_producer(failing):
     cluster = Cluster()
     transport = FailingTransport(cluster.broker, failing)
@@ -427,11 +505,15 @@ async def test_resign_keeps_the_error_it_met_and_always_closes_the_producer(fail
     await leadership.resign()
     assert isinstance(leadership.err, ConnectionError)
     assert failing in str(leadership.err)
-    assert transport.released == [leadership.token]
+    assert len(transport.released) == 1  # under the bumped epoch, unless the bump failed
     assert transport._producers == {}
-    # The token no longer speaks for the role either way.
-    assert not (await describe_leadership(cluster.transport(), ROLE)).authoritative(
-        leadership.token)
+    # Every other step was still tried: the lease is cleared unless its own step failed.
+    state = await describe_role_state(cluster.transport(), ROLE, cluster.partitions)
+    assert (state.lease is None) == (failing != "tombstone")
+    # The token stops speaking for the role unless its retirement was the step that
+    # failed; then it does until a successor's InitProducerId supersedes it.
+    status = await describe_leadership(cluster.transport(), ROLE)
+    assert status.authoritative(leadership.token) == (failing == "retire")
 
 
 async def test_resign_inside_the_same_tenures_transaction_is_refused():

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyped, unused-ignore]
+    PidAndEpoch,
     TransactionState,
 )
 
@@ -96,6 +97,32 @@ class RoleProducer:
 
     def state(self) -> Any:
         return self.producer._txn_manager.state
+
+    async def settle(self) -> None:
+        """Bring the producer back to READY: no transaction of its own is open."""
+        self._raise_if_retired()
+        await self._settle()
+
+    def rebind(self, token: FencingToken) -> None:
+        """Write under `token` from now on: the coordinator bumped this producer's
+        epoch (a conditional InitProducerId sent over another client).
+
+        aiokafka only learns a producer id and epoch from its own InitProducerId
+        at start, and its public `set_pid_and_epoch` may run only once per
+        producer, so the pair is replaced in the transaction manager directly
+        (private attributes of aiokafka 0.14). The
+        producer is READY (`settle` ran before the bump), so no batch holds the
+        old pair; sequence numbers restart at 0, as the broker expects of a new
+        epoch.
+        """
+        manager = self.producer._txn_manager
+        if manager.state != TransactionState.READY:
+            raise KafkaTransportError(
+                f"{self.role}: cannot move the producer of {self.token} to {token} in state "
+                f"{manager.state.name}")
+        manager._pid_and_epoch = PidAndEpoch(token.producer_id, token.producer_epoch)
+        manager._sequence_numbers.clear()
+        self.token = token
 
     async def call(self, work: Awaitable[T], what: str) -> T:
         """Await `work` within the transaction timeout, classifying every failure."""

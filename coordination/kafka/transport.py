@@ -188,8 +188,9 @@ class KafkaTransport:
         any previous one of this transport), keeps it for `write_lease` and
         guarded transactions, and returns the token it was minted. With
         `current`: the conditional bump (KIP-360) over the raw client; it
-        returns the new token, raises `FencedError` if `current` was no longer
-        the role's token, and keeps no producer.
+        returns the new token and raises `FencedError` if `current` was no
+        longer the role's token. A producer of this transport that held
+        `current` writes under the new token afterwards.
         """
         self._check_open()
         timeout_ms = round(transaction_timeout * 1000)
@@ -361,6 +362,12 @@ class KafkaTransport:
     async def _conditional_bump(
         self, role: str, timeout_ms: int, current: FencingToken
     ) -> FencingToken:
+        owner = self._producers.get(role)
+        holder = owner if owner is not None and owner.token == current else None
+        if holder is not None:
+            # An open transaction of its own would make the coordinator abort it
+            # with a bump of its own, and this bump would then be refused.
+            await holder.settle()
         result = await self._coordinators.init_producer_id(
             role, timeout_ms, current.producer_id, current.producer_epoch
         )
@@ -374,16 +381,17 @@ class KafkaTransport:
                 f"conditional InitProducerId for role {role!r} answered "
                 f"{_errors.for_code(result.error_code).__name__} ({result.error_code})"
             )
-        # Either way `current` is no longer the role's token: a producer of
-        # this transport holding it is fenced now.
-        owner = self._producers.get(role)
-        if owner is not None and owner.token == current:
-            await owner.retire(FencedError(f"{role}: {current} was superseded by a "
-                                           "conditional InitProducerId"), level=logging.INFO)
         if result.error_code in FENCE_ERROR_CODES:
+            # `current` is no longer the role's token: a producer holding it is fenced.
+            if holder is not None:
+                await holder.retire(FencedError(f"{role}: {current} was superseded"),
+                                    level=logging.INFO)
             raise FencedError(f"{role}: {current} is not the current epoch "
                               f"(InitProducerId answered {result.error_code})")
-        return FencingToken(result.producer_id, result.producer_epoch)
+        bumped = FencingToken(result.producer_id, result.producer_epoch)
+        if holder is not None:
+            holder.rebind(bumped)
+        return bumped
 
     async def _require_topic(self) -> None:
         """The topic exists (once per transport): no client may auto-create it."""
