@@ -1,10 +1,15 @@
 """The worker's role service: one coordination transport and a runner per role.
 
-Started by Faust with the app (after table recovery) and stopped with it, so
-a clean worker shutdown (SIGTERM, Ctrl-C) resigns every role this worker
-holds before the process exits. The transport connects in the background and
-is retried: a broker that is down at start-up delays the candidates, it does
-not crash the worker (the fold and the web view keep working).
+Started with the app's own services, before table recovery, and stopped with
+the app, so a clean worker shutdown (SIGTERM, Ctrl-C) resigns every role this
+worker holds before the process exits. The candidates need nothing of the
+tables: the library follows the state topic itself. Faust starts services
+declared with ``app.service`` only after the first table recovery (at least
+10 s under exactly_once, docs/app.md), which kept a restarted worker off the
+roster that long, so a rolling restart waited for it at every step. The
+transport connects in the background and is retried: a broker that is down
+at start-up delays the candidates, it does not crash the worker (the fold and
+the web view keep working).
 """
 
 from __future__ import annotations
@@ -88,11 +93,6 @@ class RoleService(Service):
 
 
 def install(ctx: Context) -> None:
-    """Start a `RoleService` with `ctx.app`."""
-
-    class _RoleService(RoleService):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(ctx, **kwargs)
-
-    _RoleService.__name__ = "RoleService"
-    ctx.app.service(_RoleService)
+    """Start a `RoleService` with `ctx.app`'s own services (a worker starts them;
+    CLI commands do not)."""
+    ctx.app.add_dependency(RoleService(ctx))
