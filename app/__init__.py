@@ -1,4 +1,4 @@
-"""The Faust worker application of krabka-coordination (DESIGN.md §6).
+"""The Faust worker application of krabka-coordination (docs/design.md#the-faust-application).
 
 ``faust -A app.main worker`` runs one worker. `app.settings` reads the
 environment, `app.factory` builds the worker (Faust app, topics, tables,

@@ -1,4 +1,6 @@
-"""The web view on the Faust web server (DESIGN §6): JSON, Prometheus, dashboard.
+"""The web view on the Faust web server: JSON, Prometheus, dashboard.
+
+The JSON shapes are in docs/app.md#web-view.
 
     GET /roles/                       every role, gathered from every worker
     GET /roles/{role}/                one role, answered by the worker owning it

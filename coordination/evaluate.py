@@ -1,4 +1,6 @@
-"""What a member does next, given its role's state and the time (DESIGN.md §4).
+"""What a member does next, given its role's state and the time.
+
+The rules are in docs/design.md#the-election-rules.
 
 `evaluate` is pure: the candidate loop calls it after every read and acts on
 the returned `Step`. The rules give failover its order (challengers by rank,

@@ -1,4 +1,4 @@
-"""The JSON shapes of tokens, rosters and leases (DESIGN.md §6).
+"""The JSON shapes of tokens, rosters and leases (docs/app.md#web-view).
 
 The operator CLI and the worker's web view print the same objects; one
 definition keeps the two from drifting apart.

@@ -1,4 +1,4 @@
-"""The frozen record format of ``__coordination_state`` (DESIGN.md §2).
+"""The frozen record format of ``__coordination_state`` (docs/design.md#the-record-format).
 
 Byte-compatible with the Go, Rust and Java ports; ``tests/vectors/`` holds the
 golden vectors every port asserts. Do not change a field, its order or a
@@ -10,7 +10,8 @@ version number here without the same change in every port.
                    | i16 producer_epoch | i64 granted_at | i64 deadline
 
 Integers are big-endian and signed; a string is an i16 byte length followed by
-UTF-8. Decoders are strict (see ``docs/record-format.md``): anything that is
+UTF-8. Decoders are strict (see
+``docs/design.md#strict-decoding-width-checked-encoding``): anything that is
 not exactly one well-formed record raises `FormatError`, and nothing else.
 """
 

@@ -2,7 +2,7 @@
 that no role owns.
 
 Two kinds of record of ``__coordination_state`` cannot be folded into a role's
-value: a key that does not decode (it names no role; DESIGN §2 has every role
+value: a key that does not decode (it names no role; docs/design.md#the-record-format has every role
 of the partition report it) and a record whose role hashes to another
 partition (writing that role's value from this partition would put a second
 copy of it in the wrong changelog partition). Both are counted here, one value

@@ -1,4 +1,4 @@
-"""The JSON shapes of DESIGN §6 for one role, from table values or a `RoleState`.
+"""The JSON shapes of docs/app.md#web-view for one role, from table values or a `RoleState`.
 
 `summary` is one row of ``GET /roles/``; `detail` is ``GET /roles/{role}/``.
 Both take the instant of the read, because status is computed on read. The

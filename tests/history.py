@@ -1,4 +1,5 @@
-"""A Jepsen-style history checker for guarded writes (issue 5, item 1).
+"""A Jepsen-style history checker: no guarded write is lost, duplicated or
+visible out of tenure order, and none that was fenced is visible.
 
 Every leader, while it leads, performs guarded writes (one Kafka transaction
 each) to one partition of an output topic. Each record says who wrote it

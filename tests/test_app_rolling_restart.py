@@ -2,7 +2,8 @@
 consumer group rebalances.
 
 Each test runs its own worker group (fresh topics, 16 partitions, one role:
-the demo role) with a short lease, as the tracker's reproduction did. A
+the demo role) with a short lease (3 s, renewed every 1 s, stagger 0.5 s),
+the timing under which a rolling restart of two workers crashed one. A
 restarted worker rebuilds its tables from the changelogs (docs/app.md), so a
 peer leaving and coming back during that recovery rebalances the group in
 the middle of it: the case faust-streaming 0.15.3 crashed on
@@ -148,8 +149,9 @@ def test_a_worker_joining_during_a_restarted_workers_table_recovery_crashes_neit
     faust-streaming 0.15.3 went on with the superseded recovery, seeked the
     new standby partitions to offset None and the worker exited with
     ``ValueError: Offset must be a positive integer`` (docs/upstream-faust.md).
-    The same happens in the tracker's handover sequence whenever a peer
-    leaves and comes back within a returned worker's recovery.
+    The same happens in a rolling restart (stop the leader, start it again
+    at once, repeat) whenever a peer leaves and comes back within a returned
+    worker's recovery.
 
     The workers run `tests.faust_seek_check`: the service's app, whose seek
     fails in the main loop rather than in the consumer thread, so the crash

@@ -1,4 +1,5 @@
-"""evaluate: one test per rule of DESIGN.md §4 (rank, slots, the token check, the order)."""
+"""evaluate: one test per rule of docs/design.md#the-election-rules (rank, slots,
+the token check, the order)."""
 
 import pytest
 

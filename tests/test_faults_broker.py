@@ -349,7 +349,7 @@ async def test_restart_of_the_single_broker_while_a_role_is_held_fences_then_ele
     after = sorted((e for e in leading_events(a, b) if e["t_ms"] > stopped_at),
                    key=lambda e: e["t_ms"])
     # Nobody led while the broker was away. Who leads after it is not determined
-    # (DESIGN.md §4): both slots passed while the broker was down (b's at a's
+    # (docs/design.md#the-slot): both slots passed while the broker was down (b's at a's
     # deadline, a's a stagger later), whoever reads the restarted broker first
     # challenges first, and a challenger that read the log before the other's
     # first lease became visible fences it (then more than one tenure follows).
@@ -507,7 +507,7 @@ async def test_bug_a_leader_that_takes_back_its_own_lapsed_lease_deregisters_its
 async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_at_once(broker):
     """The broker stops answering (SIGSTOP): a lease write times out after the
     transaction timeout and closes the role's producer; every later call says
-    the epoch can no longer write here (EpochLostError, DESIGN.md §5.2), at
+    the epoch can no longer write here (EpochLostError, docs/design.md#the-kafka-adapter), at
     once, so a Leadership ends its tenure instead of retrying."""
     state, _ = await create_state_and_output_topics(broker.bootstrap, 4)
     role = f"fault.role-{uuid.uuid4().hex[:8]}"

@@ -1,4 +1,5 @@
-"""Broker faults on a 3-node cluster of its own (issue 5, item 3).
+"""Broker faults on a 3-node cluster of its own: losing the role's transaction
+coordinator or its state partition's leader loses no committed write.
 
 The single session broker cannot lose a broker, so this module starts its own
 3-node KRaft cluster (``deploy/kafka/kafka.py up --nodes 3``: combined

@@ -1,7 +1,7 @@
 """Hostile input: a state topic holding bytes that no member of this library wrote.
 
 Anyone who can write to ``__coordination_state`` (a broken tool, a port with a
-bug, a careless operator) can put any bytes there. DESIGN.md §2 says what a
+bug, a careless operator) can put any bytes there. docs/design.md#the-record-format says what a
 reader does with them: a record that fails to decode, an undecodable key and
 a registration whose value names another member are skipped, change no state,
 and are listed in `RoleState.errors` as ``(offset, reason)`` with the reason
@@ -536,7 +536,7 @@ logs = st.lists(
 
 
 def fate_for(role: str, record: Record) -> str:
-    """What DESIGN.md §2 says `role`'s state makes of `record`.
+    """What docs/design.md#the-record-format says `role`'s state makes of `record`.
 
     VALID (it counts), NEIGHBOUR (another role's), or the part that fails to
     decode (skipped and listed).

@@ -1,4 +1,4 @@
-"""KafkaTransport on a real broker: each protocol rule DESIGN.md §5 states, one per test.
+"""KafkaTransport on a real broker: each rule of docs/design.md#the-kafka-adapter, one per test.
 
 Every test gets a fresh compacted state topic with a unique name. Two
 transports on one broker are two processes: each has its own producers, so

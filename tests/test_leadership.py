@@ -1,7 +1,7 @@
 """acquire_leadership and Leadership on the in-process model, with time driven by hand.
 
 The same behaviours run against a real broker in the integration suite; here
-each rule of DESIGN.md §4 is pinned down deterministically.
+each rule of docs/design.md#the-election-rules is pinned down deterministically.
 """
 
 import asyncio

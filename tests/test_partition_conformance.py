@@ -1,4 +1,4 @@
-"""Conformance of role partitioning with Kafka's own Java code (DESIGN.md §7).
+"""Conformance of role partitioning with Kafka's own Java code (docs/design.md#topic-and-partition).
 
 `tests/conformance/Murmur2Dump.java` runs `Utils.murmur2`, `Utils.toPositive` and
 the producer's `BuiltInPartitioner.partitionForKey` from the kafka-clients jar the

@@ -1,4 +1,4 @@
-"""The golden vectors of the frozen record format (DESIGN.md §2).
+"""The golden vectors of the frozen record format (docs/design.md#the-record-format).
 
 `tests/vectors/records.json` was written by hand from the byte layout, not by
 running this port's encoder, and the Go, Rust and Java ports assert the same
@@ -38,7 +38,7 @@ VALID_BY_NAME = {vector["name"]: vector for vector in VALID}
 PARTS = {"key": "key", "registration": "registration value", "lease": "lease value"}
 
 BUILD: dict[str, Callable[[dict[str, Any]], Any]] = {
-    # kind stays the plain int of the JSON: DESIGN §3 accepts int 0 or 1.
+    # kind stays the plain int of the JSON: a Key takes int 0 or 1 (docs/design.md#the-public-api).
     "key": lambda fields: Key(fields["role"], fields["member"], fields["kind"]),
     "registration": lambda fields: Registration(fields["member"], fields["registered_at"]),
     "lease": lambda fields: Lease(

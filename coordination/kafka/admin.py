@@ -1,4 +1,6 @@
-"""The start-up check of the state topic and the broker (DESIGN.md §5.6).
+"""The start-up check of the state topic and the broker.
+
+The rule is item 7 of docs/design.md#the-kafka-adapter.
 
 Four conditions refuse to run, each with a message naming the fix: the topic
 is missing; its ``cleanup.policy`` is not exactly ``compact``; its real

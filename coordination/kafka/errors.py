@@ -1,6 +1,6 @@
 """What the Kafka adapter raises, and how it tells a fence from any other failure.
 
-The protocol's safety rests on one rule (DESIGN.md §5.2): every fence signal,
+The protocol's safety rests on one rule (docs/design.md#the-kafka-adapter): every fence signal,
 whatever shape aiokafka gives it, surfaces as `FencedError`. aiokafka shows a
 fence as ``ProducerFenced`` (the sender's class for broker code 47, and our
 class for 90), as ``InvalidProducerEpoch`` (47) or ``TransactionCoordinatorFenced``

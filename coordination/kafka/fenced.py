@@ -3,7 +3,7 @@
 `acquire_epoch` starts one aiokafka producer with ``transactional.id = role``;
 its InitProducerId minted the epoch, so every lease record and guarded write of
 the tenure goes through it and the broker rejects them once a newer epoch
-exists (DESIGN.md §5.1-2).
+exists (docs/design.md#the-kafka-adapter).
 
 aiokafka's transaction API needs three guards to keep that promise:
 

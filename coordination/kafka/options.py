@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, u
 __all__ = ["RESERVED", "ClientOptions"]
 
 RESERVED = frozenset({
-    # DESIGN.md §5: the epoch binds a producer with transactional.id = role,
+    # docs/design.md#the-kafka-adapter: the epoch binds a producer with transactional.id = role,
     # acks=all and idempotence; reads are read_committed without a group.
     "transactional_id", "transaction_timeout_ms", "enable_idempotence", "acks",
     "isolation_level", "group_id", "group_instance_id", "enable_auto_commit",
@@ -51,8 +51,8 @@ class ClientOptions:
         reserved = sorted(RESERVED.intersection(options))
         if reserved:
             raise ValueError(
-                f"KafkaTransport sets {', '.join(reserved)} itself (DESIGN.md §5); "
-                "remove them from the options"
+                f"KafkaTransport sets {', '.join(reserved)} itself "
+                "(see docs/design.md#the-kafka-adapter); remove them from the options"
             )
         known = frozenset().union(*(_accepted(cls) for cls in _CLASSES))
         unknown = sorted(set(options) - known)

@@ -1,6 +1,7 @@
 """`KafkaTransport`: the four transport protocols on a real Kafka cluster.
 
-What it relies on of Kafka (DESIGN.md §1 and §5; each is proven by
+What it relies on of Kafka (docs/design.md#the-safety-argument and
+docs/design.md#the-kafka-adapter; each is proven by
 ``tests/test_kafka_transport.py`` on Kafka 4.4.0):
 
 * **InitProducerId mints the leadership epoch.** Starting an aiokafka producer

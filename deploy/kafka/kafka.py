@@ -126,7 +126,7 @@ def save_cluster(cluster: Cluster) -> None:
 
 
 def server_properties(cluster: Cluster, node: int) -> str:
-    """The broker+controller settings of one node (see DESIGN.md §5.7)."""
+    """The broker+controller settings of one node (see docs/design.md#the-kafka-adapter)."""
     replication = min(cluster.nodes, 3)
     min_isr = 1 if cluster.nodes == 1 else 2
     voters = ",".join(f"{n}@127.0.0.1:{cluster.controller_port(n)}" for n in cluster.node_ids())
