@@ -73,3 +73,14 @@ class InvalidStateError(CoordinationError, RuntimeError):
     """A call the object's lifecycle state does not allow, such as resigning a
     tenure from inside that tenure's own transaction (it would wait for itself).
     """
+
+
+class UntestedVersionError(CoordinationError, ImportError):
+    """A dependency is installed in a version this project was not tested with.
+
+    Raised when the module that relies on it is imported (`coordination.kafka`
+    for aiokafka, the worker for faust-streaming), because both use internals of
+    their dependency that a new release may change without notice. The message
+    names the tested versions and the environment variable that turns the
+    refusal into an `UntestedVersionWarning` (docs/decisions.md).
+    """
