@@ -35,11 +35,11 @@ typecheck: venv
 
 venv: $(VENV)/.installed
 
+# The library (editable), the worker's dependencies and the tools; app/, agents/,
+# tables/ and bench/ run from this checkout and are not installed.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# The library (editable), the worker's dependencies and the tools; app/, agents/,
-	# tables/ and bench/ run from this checkout and are not installed.
 	$(PY) -m pip install --quiet -e '.[dev,worker]'
 	touch $@
 
