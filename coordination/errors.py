@@ -10,6 +10,7 @@ __all__ = [
     "InvalidStateError",
     "OutcomeUnknownError",
     "StateTopicError",
+    "UntestedVersionError",
 ]
 
 RECORD_PARTS = ("key", "registration value", "lease value")
