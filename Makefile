@@ -18,8 +18,10 @@ run: venv kafka-jars
 test: venv kafka-jars browser lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Offline and quick: no broker, and not the install test (it builds the wheel and
+# installs it from PyPI into a fresh virtualenv; `make test` runs it).
 unit: venv lint typecheck
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not integration and not install" $(PYTEST_ARGS)
 
 integration: venv kafka-jars
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)
@@ -33,10 +35,12 @@ typecheck: venv
 
 venv: $(VENV)/.installed
 
+# The library (editable), the worker's dependencies and the tools; app/, agents/,
+# tables/ and bench/ run from this checkout and are not installed.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,worker]'
 	touch $@
 
 kafka-jars:

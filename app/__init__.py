@@ -7,4 +7,13 @@ agents, role service, web view, CLI commands), `app.web` and
 commands, `app.metrics` the Prometheus text, `app.demo` the demo role, and
 `app.faust_patches` two fixes to faust-streaming's exactly_once mode.
 See docs/app.md.
+
+Importing the package refuses a faust-streaming version the worker was not
+tested with, unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (`app.faust_internals`).
 """
+
+import faust
+
+from app.faust_internals import FAUST
+
+FAUST.require(faust.__version__)

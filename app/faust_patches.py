@@ -42,7 +42,8 @@ comes back within that time after a worker (re)started triggers it
 (docs/upstream-faust.md). The fix: ``_wait`` raises ``RebalanceAgain`` at
 once when a newer rebalance is already pending, before it starts the awaited
 step; the loop then restarts recovery for the new generation, as it does
-when the signal comes during a wait. Applied to faust-streaming 0.15.3 only.
+when the signal comes during a wait. Applied only to the faust-streaming
+versions it was checked on (`app.faust_internals.FAUST`).
 """
 
 from __future__ import annotations
@@ -57,15 +58,13 @@ import faust
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["REBALANCED_DURING_RECOVERY", "RECOVERY_PATCH_VERSIONS", "apply"]
+from app.faust_internals import FAUST
+
+__all__ = ["REBALANCED_DURING_RECOVERY", "apply"]
 
 log = logging.getLogger("app.faust_patches")
 
 _APPLIED = "_krabka_patched"
-
-RECOVERY_PATCH_VERSIONS = frozenset({"0.15.3"})
-"""The faust-streaming versions whose recovery loop swallows ``RebalanceAgain``
-(check a new version's ``Recovery._restart_recovery`` before adding it here)."""
 
 
 async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]:
@@ -111,7 +110,7 @@ async def _recovery_wait(self: Any, coro: Any, timeout: Any = None) -> None:  # 
 
 
 def apply() -> None:
-    """Patch Faust's aiokafka driver and, on 0.15.3, its table recovery (idempotent)."""
+    """Patch Faust's aiokafka driver and, on a tested version, its table recovery (idempotent)."""
     thread = faust_aiokafka.AIOKafkaConsumerThread
     if getattr(thread, _APPLIED, False):
         return
@@ -123,10 +122,10 @@ def apply() -> None:
 
 def _patch_recovery(version: str) -> bool:
     """Install the recovery fix if `version` (faust-streaming's) is one it was checked on."""
-    if version not in RECOVERY_PATCH_VERSIONS:
-        log.warning("faust-streaming %s: the recovery patch is for %s only; check whether "
-                    "Recovery._restart_recovery still swallows RebalanceAgain "
-                    "(docs/upstream-faust.md)", version, ", ".join(sorted(RECOVERY_PATCH_VERSIONS)))
+    if not FAUST.covers(version):
+        log.warning("faust-streaming %s: the recovery patch is for %s only and is not installed; "
+                    "check whether Recovery._restart_recovery still swallows RebalanceAgain "
+                    "(docs/upstream-faust.md)", version, FAUST.requirement)
         return False
     faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
     return True

@@ -10,6 +10,7 @@ __all__ = [
     "InvalidStateError",
     "OutcomeUnknownError",
     "StateTopicError",
+    "UntestedVersionError",
 ]
 
 RECORD_PARTS = ("key", "registration value", "lease value")
@@ -72,4 +73,15 @@ class OutcomeUnknownError(CoordinationError):
 class InvalidStateError(CoordinationError, RuntimeError):
     """A call the object's lifecycle state does not allow, such as resigning a
     tenure from inside that tenure's own transaction (it would wait for itself).
+    """
+
+
+class UntestedVersionError(CoordinationError, ImportError):
+    """A dependency is installed in a version this project was not tested with.
+
+    Raised when the module that relies on it is imported (`coordination.kafka`
+    for aiokafka, the worker for faust-streaming), because both use internals of
+    their dependency that a new release may change without notice. The message
+    names the tested versions and the environment variable that turns the
+    refusal into an `UntestedVersionWarning` (docs/decisions.md).
     """

@@ -7,18 +7,49 @@ therefore pin the partition computed here; no partitioner runs.
 
 from __future__ import annotations
 
-from aiokafka.partitioner import murmur2 as _unsigned_murmur2
+import struct
 
 __all__ = ["murmur2", "role_partition", "to_positive"]
+
+_MASK = 0xFFFFFFFF
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_R = 24
+_WORDS = struct.Struct("<I")
 
 
 def murmur2(data: bytes) -> int:
     """Kafka's ``Utils.murmur2`` of `data`, as Java's signed 32-bit int.
 
-    aiokafka ships the same hash but returns it unsigned; the frozen contract
-    (and the other ports' vectors) use Java's signed value.
+    Written here from Kafka's algorithm so that the core needs no Kafka client:
+    aiokafka has the same hash (returned unsigned) but is only the adapter's
+    dependency, and the ``mmh3`` package implements MurmurHash3, a different
+    hash. Kafka's seed and its little-endian word order make this murmur2
+    variant Kafka's own; the golden vectors and the conformance test against
+    Kafka's Java ``Utils`` pin it. Java's int arithmetic wraps at 32 bits, so
+    every step is masked and the result is read back as a signed int.
     """
-    h: int = _unsigned_murmur2(data)
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length - length % 4
+    for (k,) in _WORDS.iter_unpack(data[:whole]):
+        k = (k * _M) & _MASK
+        k ^= k >> _R
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    tail = data[whole:]
+    # Java's switch falls through: three trailing bytes also mix in the other two.
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
     return h - (1 << 32) if h >= 1 << 31 else h
 
 

@@ -134,10 +134,13 @@ def test_the_compose_file_runs_a_broker_the_topics_and_three_workers():
     assert len(host_ports) == 3
 
 
-def test_the_dockerfile_installs_the_project_and_runs_a_worker():
+def test_the_dockerfile_installs_the_library_with_the_worker_extra_and_runs_a_worker():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11", text, re.M)
-    assert "pip install" in text
+    assert re.search(r"^RUN pip install .*'\.\[worker\]'", text, re.M)
     for package in ("coordination", "app", "agents", "tables"):
         assert f"COPY {package} ./{package}" in text
+    # The worker's packages are not installed: they run from the work directory.
+    (workdir,) = re.findall(r"^WORKDIR (\S+)", text, re.M)
+    assert re.search(rf"^ENV PYTHONPATH={re.escape(workdir)}\b", text, re.M)
     assert 'CMD ["faust", "-A", "app.main", "worker"' in text

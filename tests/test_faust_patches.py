@@ -14,6 +14,7 @@ from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from app import faust_patches
+from app.faust_internals import FAUST
 
 RebalanceAgain = faust_recovery.RebalanceAgain
 
@@ -92,9 +93,10 @@ async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery
     await rebalance
 
 
-def test_the_recovery_patch_is_installed_only_on_the_version_it_was_checked_on(monkeypatch):
+def test_the_recovery_patch_is_installed_only_on_a_tested_version(monkeypatch):
     original = faust_patches._original_recovery_wait
     monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
+    assert not FAUST.covers("0.99.0")
     assert not faust_patches._patch_recovery("0.99.0")
     assert faust_recovery.Recovery._wait is original
     assert faust_patches._patch_recovery("0.15.3")
@@ -102,7 +104,7 @@ def test_the_recovery_patch_is_installed_only_on_the_version_it_was_checked_on(m
 
 
 def test_the_installed_faust_is_patched():
-    assert faust.__version__ in faust_patches.RECOVERY_PATCH_VERSIONS
+    assert FAUST.covers(faust.__version__)
     faust_patches.apply()
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters

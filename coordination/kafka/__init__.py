@@ -1,15 +1,24 @@
 """The Kafka adapter: `KafkaTransport` implements the four transport protocols.
 
 Imports aiokafka (and registers broker codes 90 and 105 with it, see
-`coordination.kafka.protocol`); the core library does not need it.
+`coordination.kafka.protocol`); the core library does not need it. Importing
+it refuses an aiokafka version outside the tested range, unless
+``COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1`` (see `coordination.kafka.aiokafka_internals`).
 """
 
-from coordination.kafka.errors import (
+import aiokafka  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.kafka.aiokafka_internals import AIOKAFKA
+
+# Before any module of the adapter touches aiokafka's internals.
+AIOKAFKA.require(aiokafka.__version__)
+
+from coordination.kafka.errors import (  # noqa: E402
     KafkaTransportError,
     KafkaUnavailableError,
     ProducerFatalError,
 )
-from coordination.kafka.transport import STATE_TOPIC, KafkaTransport
+from coordination.kafka.transport import STATE_TOPIC, KafkaTransport  # noqa: E402
 
 __all__ = [
     "STATE_TOPIC",

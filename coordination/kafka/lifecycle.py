@@ -7,8 +7,8 @@ has already set ``_closed``, so a second ``stop()`` returns at once without
 closing the client: its tasks and sockets leak. So every start here is bounded
 and turned into a clear error, and every stop is bounded and, if it did not
 finish, completed by hand (sender or fetcher task, then the network client).
-The private attributes used are aiokafka 0.14's (the version pinned in
-pyproject.toml).
+The private attributes used are listed, and checked against the installed
+aiokafka, in `coordination.kafka.aiokafka_internals`.
 """
 
 from __future__ import annotations

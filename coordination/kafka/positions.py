@@ -8,7 +8,7 @@ three in one synchronous step, right after ``getmany`` returned, gives a
 consistent view: ``position >= last_stable_offset`` means every committed
 record below the stable offset has been consumed. ``consumer.position()`` is
 a coroutine that can wait for an offset reset, so the position is read from
-the subscription state directly (aiokafka 0.14).
+the subscription state directly (listed in `coordination.kafka.aiokafka_internals`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""The faust-streaming versions the worker was tested with, and the internals it uses.
+
+`app.faust_patches` replaces three of Faust's methods with fixed copies, written
+against faust-streaming 0.15.3's source (docs/upstream-faust.md), and the
+recovery regression test wraps a fourth (``tests/faust_seek_check.py``). A
+release the patches were not checked against may have fixed, moved or changed
+what they replace, so the range is that one release: the worker refuses
+another at import unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (then it warns,
+and the recovery patch, which only makes sense on the code it was checked
+against, is not installed).
+
+`INTERNALS` lists every non-public Faust name used, as ``"module:Object.attribute"``;
+a unit test checks that each still exists in the installed faust-streaming.
+"""
+
+from __future__ import annotations
+
+from coordination.versions import DependencyRange
+
+__all__ = ["FAUST", "INTERNALS"]
+
+FAUST = DependencyRange(
+    distribution="faust-streaming",
+    specifier="==0.15.3",
+    override="COORDINATION_ALLOW_UNTESTED_FAUST",
+)
+
+INTERNALS: tuple[str, ...] = (
+    # Recovery high watermarks asked of the broker (patch 1).
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._ensure_consumer",
+    # Commits racing at shutdown (patch 2).
+    "faust.transport.drivers.aiokafka:Producer.commit_transactions",
+    "faust.transport.drivers.aiokafka:Producer._trn_locks",
+    "faust.transport.drivers.aiokafka:Producer._transaction_producers",
+    # A rebalance during table recovery (patch 3), and the seek check of its test.
+    "faust.tables.recovery:Recovery._wait",
+    "faust.tables.recovery:Recovery._restart_recovery",
+    "faust.tables.recovery:Recovery._seek_offsets",
+    "faust.tables.recovery:Recovery.signal_recovery_start",
+    "faust.tables.recovery:RebalanceAgain",
+)

@@ -1,0 +1,78 @@
+"""The aiokafka versions the Kafka adapter was tested with, and the internals it uses.
+
+The adapter goes beyond aiokafka's public API where that API cannot do the
+job: it closes clients by hand when a bounded ``stop()`` did not finish
+(`coordination.kafka.lifecycle`), drives the producer's transaction manager
+itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
+consumer's position without awaiting (`coordination.kafka.positions`), sends
+requests aiokafka does not define (`coordination.kafka.protocol`) and watches
+the registration producer's sender (`coordination.kafka.transport`). The worker
+reads the same transaction manager (``app/faust_patches.py``).
+
+`AIOKAFKA` is the range the suite runs against; the package refuses another
+version at import. `INTERNALS` lists every non-public name used, as
+``"module:Object.attribute"`` (``"module:name"`` for a module attribute); a unit
+test checks that each still exists in the installed aiokafka, so an upgrade
+that renames one fails ``make unit`` instead of a tenure in production.
+"""
+
+from __future__ import annotations
+
+from coordination.versions import DependencyRange
+
+__all__ = ["AIOKAFKA", "INTERNALS"]
+
+AIOKAFKA = DependencyRange(
+    distribution="aiokafka",
+    # The lowest version the suite has passed on, up to the next minor release:
+    # aiokafka is 0.x, and its minor releases change the internals listed below.
+    # CI installs the newest release in the range, so each run tests that one.
+    specifier=">=0.14.0,<0.15",
+    override="COORDINATION_ALLOW_UNTESTED_AIOKAFKA",
+)
+
+INTERNALS: tuple[str, ...] = (
+    # The producer and what a bounded stop closes by hand.
+    "aiokafka.producer.producer:AIOKafkaProducer._txn_manager",
+    "aiokafka.producer.producer:AIOKafkaProducer._message_accumulator",
+    "aiokafka.producer.producer:AIOKafkaProducer._sender",
+    "aiokafka.producer.producer:AIOKafkaProducer._closed",
+    "aiokafka.producer.sender:Sender.sender_task",
+    "aiokafka.producer.message_accumulator:MessageAccumulator._batches",
+    "aiokafka.producer.message_accumulator:MessageAccumulator._pending_batches",
+    "aiokafka.producer.message_accumulator:MessageAccumulator.fail_all",
+    "aiokafka.producer.message_accumulator:MessageBatch.future",
+    "aiokafka.producer.message_accumulator:MessageBatch._drain_waiter",
+    # The transaction manager, an internal object: every member used counts.
+    "aiokafka.producer.transaction_manager:TransactionState",
+    "aiokafka.producer.transaction_manager:TransactionManager.state",
+    "aiokafka.producer.transaction_manager:TransactionManager.producer_id",
+    "aiokafka.producer.transaction_manager:TransactionManager.producer_epoch",
+    "aiokafka.producer.transaction_manager:TransactionManager.begin_transaction",
+    "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction",
+    "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error",
+    "aiokafka.producer.transaction_manager:TransactionManager.wait_for_transaction_end",
+    "aiokafka.producer.transaction_manager:TransactionManager._transaction_waiter",
+    # The consumer: a bounded stop, and the position read without awaiting.
+    "aiokafka.consumer.consumer:AIOKafkaConsumer._closed",
+    "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",
+    "aiokafka.consumer.consumer:AIOKafkaConsumer._client",
+    "aiokafka.consumer.consumer:AIOKafkaConsumer._subscription",
+    "aiokafka.consumer.fetcher:Fetcher._fetch_task",
+    "aiokafka.consumer.fetcher:Fetcher._pending_tasks",
+    "aiokafka.consumer.subscription_state:SubscriptionState.subscription",
+    "aiokafka.consumer.subscription_state:Subscription.assignment",
+    "aiokafka.consumer.subscription_state:Assignment.state_value",
+    "aiokafka.consumer.subscription_state:TopicPartitionState.has_valid_position",
+    "aiokafka.consumer.subscription_state:TopicPartitionState.position",
+    # The admin client: its network client, and a request it has no method for.
+    "aiokafka.admin.client:AIOKafkaAdminClient._client",
+    "aiokafka.admin.client:AIOKafkaAdminClient._send_request",
+    # Broker error codes 90 and 105 are registered in aiokafka's table.
+    "aiokafka.errors:kafka_errors",
+    # The hooks the hand-written protocol messages override.
+    "aiokafka.protocol.api:Request.build",
+    "aiokafka.protocol.api:RequestStruct.FLEXIBLE_VERSION",
+    "aiokafka.protocol.api:RequestStruct.parse_response_header",
+    "aiokafka.protocol.api:ResponseHeader_v0",
+)
