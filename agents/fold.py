@@ -82,10 +82,10 @@ async def apply_record(ctx: Context, message: Any) -> None:
     if value is None or value is current_value:
         return
     ctx.tables.role_state[role_key] = role_state.encode(value)
-    if value.skipped > (0 if current_value is None else current_value.skipped):
+    if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
         log.warning("%s: partition %d offset %d skipped: %s", key.role, partition,
-                    record.offset, value.errors[-1][1])
+                    record.offset, value.state.errors[-1][1])
     await _publish(ctx, events)
 
 
@@ -94,7 +94,7 @@ async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
     table = ctx.tables.role_state
     for key, raw in list(table.items()):
         value = role_state.decode(raw)
-        if value.partition != partition or value.lease is None or value.lapse_reported:
+        if value.partition != partition or value.state.lease is None or value.lapse_reported:
             continue
         new, events = expire(value, now_ms)
         if events:

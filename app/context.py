@@ -1,51 +1,86 @@
 """What the parts of one worker share: settings, the Faust app, tables, topics,
-metrics, the coordination transport and the role runners.
+the partition router, metrics, the coordination transport and the role runners.
 
-Built once by `app.factory.build`; the views, agents and services receive it
-instead of importing module globals, so tests build as many as they need.
+A leaf of the worker: it imports no agent and no table module, only the
+library, Faust's and aiohttp's types, and the settings and metrics modules
+(which import no worker module; tests/test_worker_layers.py holds this).
+`app.factory`, the composition root, builds one `Context` with every part
+and hands it to the agents, the role service, the web view and the CLI
+commands, so tests build as many workers as they need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
+import aiohttp
 import faust
+from faust.types import TableT, TopicT
 
-from agents.roles import RoleFunction, RoleRunner
 from app.metrics import Metrics
 from app.settings import Settings
-from coordination import Clock, SystemClock, Transport
-from tables.faust_tables import Tables
+from coordination import Clock, LeaderRunner, RoleFunction, SystemClock, Transport
 
-__all__ = ["Context", "TransportFactory"]
+__all__ = ["Context", "Router", "Tables", "TransportFactory"]
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
 
 
+class Tables(Protocol):
+    """The worker's two changelog-backed tables (declared by `tables.faust_tables`)."""
+
+    @property
+    def role_state(self) -> TableT[bytes, bytes]:
+        """Key: the role's UTF-8 bytes; value: `tables.role_state`'s codec."""
+        ...
+
+    @property
+    def partition_state(self) -> TableT[bytes, bytes]:
+        """Key: the partition's digits; value: `tables.partition_state`'s codec."""
+        ...
+
+
+class Router(Protocol):
+    """The partition -> worker map the views route by."""
+
+    def owners(self) -> dict[str, list[int]]:
+        """Each worker's URL and the state partitions it owns (empty while unassigned)."""
+        ...
+
+    def is_self(self, url: str) -> bool:
+        """Whether `url` is this worker's web server."""
+        ...
+
+
 @dataclass(eq=False)
 class Context:
-    """One worker's shared parts."""
+    """One worker's shared parts.
+
+    Everything but `transport` and `runners` is set at construction; those
+    two are the role service's, filled once it has connected.
+    """
 
     settings: Settings
     app: faust.App
     tables: Tables
-    state_topic: Any
-    events_topic: Any
-    ticks_topic: Any
+    state_topic: TopicT
+    events_topic: TopicT
+    ticks_topic: TopicT
+    router: Router
     transport_factory: TransportFactory
-    roles: dict[str, RoleFunction]
+    roles: Mapping[str, RoleFunction]
+    """The roles this worker stands for, by name (may grow until the service starts)."""
     metrics: Metrics = field(default_factory=Metrics)
     clock: Clock = field(default_factory=SystemClock)
+    http: aiohttp.ClientSession | None = None
+    """The session for asking other workers (None: Faust's ``http_client``)."""
     transport: Transport | None = None
     """The started transport (None until the role service has connected)."""
-    runners: dict[str, RoleRunner] = field(default_factory=dict)
-    router: Any = None
-    """Who owns which partition (`app.routing.Router`); set by `app.web.install`."""
-    http: Any = None
-    """The aiohttp session for asking other workers (default: Faust's ``http_client``)."""
+    runners: dict[str, LeaderRunner] = field(default_factory=dict)
+    """The role service's runner per role (empty until it has connected)."""
 
     @property
     def member(self) -> str:

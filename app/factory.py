@@ -1,8 +1,12 @@
-"""Builds one worker: the Faust app, its topics and tables, agents, role service,
-web view and CLI commands, all sharing one `Context`.
+"""The worker's composition root: builds the Faust app, its topics and tables,
+the partition router, the agents, the role service, the web view and the CLI
+commands, all sharing one `Context`.
 
-`app.main` builds the worker the CLI runs from environment settings; tests
-build their own with a memory store and an in-process transport.
+This is the only module that wires those parts together (the context, the
+agents and the tables import none of each other's wiring; see
+tests/test_worker_layers.py). `app.main` builds the worker the CLI runs from
+environment settings; tests build their own with a memory store and an
+in-process transport.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import faust
+from faust.types import TopicT
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
 from agents import fold, service
@@ -25,6 +30,7 @@ from agents.events import EVENTS_TOPIC
 from agents.roles import ROLES, RoleFunction
 from app import commands, faust_patches, web
 from app.context import Context, TransportFactory
+from app.routing import FaustRouter
 from app.settings import Settings
 from coordination import Clock, SystemClock
 from tables.faust_tables import declare
@@ -167,16 +173,18 @@ def build(
     declared by modules imported after the build still run.
     """
     app = create_app(settings, store=store)
+    tables = declare(app, settings.partitions)
     ctx = Context(
         settings=settings,
         app=app,
-        tables=declare(app, settings.partitions),
+        tables=tables,
         # External topics (deploy/topics.py creates them): Faust must not.
         state_topic=_raw_topic(app, settings.state_topic, settings.partitions),
         events_topic=_raw_topic(app, settings.events_topic or EVENTS_TOPIC, settings.partitions),
         # Internal: Faust declares it, co-partitioned with the state topic.
         ticks_topic=_raw_topic(app, f"{settings.app_id}-{TICKS_SUFFIX}", settings.partitions,
                                internal=True, retention=3600.0),
+        router=FaustRouter(app, tables.role_state),
         transport_factory=transport_factory or kafka_transport_factory(settings),
         roles=ROLES if roles is None else dict(roles),
         clock=clock or SystemClock(),
@@ -190,7 +198,7 @@ def build(
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int, *, internal: bool = False,
-               retention: float | None = None) -> Any:
+               retention: float | None = None) -> TopicT:
     """A topic of raw bytes keys and values (the codecs are ours)."""
     return app.topic(name, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=internal,

@@ -10,14 +10,16 @@ timeout; here every failure is a `Unreachable` the views answer with 503.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
+import faust
+from faust.types import TableT
 from yarl import URL
 
-from app.context import Context
+from app.context import Router
 
-__all__ = ["FaustRouter", "Router", "Unreachable", "fetch_json", "owner_of"]
+__all__ = ["FaustRouter", "Unreachable", "fetch_json", "owner_of"]
 
 FORWARD_TIMEOUT = 3.0
 
@@ -26,41 +28,30 @@ class Unreachable(Exception):
     """Another worker did not answer in time, or not with JSON."""
 
 
-class Router(Protocol):
-    """The partition -> worker map the views route by."""
-
-    def owners(self) -> dict[str, list[int]]:
-        """Each worker's URL and the state partitions it owns (empty while unassigned)."""
-        ...
-
-    def is_self(self, url: str) -> bool:
-        """Whether `url` is this worker's web server."""
-        ...
-
-
 def _ident(url: str) -> tuple[str, int]:
     parsed = URL(url)
     return (parsed.host or "", parsed.port or 80)
 
 
 class FaustRouter:
-    """The map from Faust's partition assignor (the table's changelog partitions)."""
+    """A `Router` from Faust's partition assignor: who owns which changelog
+    partition of `table` (the ``role_state`` table)."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, app: faust.App, table: TableT[Any, Any]) -> None:
+        self._app = app
+        self._table = table
 
     def owners(self) -> dict[str, list[int]]:
-        app = self.ctx.app
-        topic = self.ctx.tables.role_state.changelog_topic.get_topic_name()
+        topic = self._table.changelog_topic.get_topic_name()
         try:
-            metadata = app.router.table_metadata(self.ctx.tables.role_state.name)
+            metadata = self._app.router.table_metadata(self._table.name)
         except KeyError:
             return {}
         return {str(url): sorted(topics.get(topic, [])) for url, topics in metadata.items()
                 if topics.get(topic)}
 
     def is_self(self, url: str) -> bool:
-        return _ident(url) == _ident(str(self.ctx.app.conf.canonical_url))
+        return _ident(url) == _ident(str(self._app.conf.canonical_url))
 
 
 def owner_of(router: Router, partition: int) -> str | None:

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from app.context import Context
 from app.dashboard import DASHBOARD_HTML
-from app.routing import FaustRouter, Unreachable, fetch_json, owner_of
+from app.routing import Unreachable, fetch_json, owner_of
 from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
@@ -257,8 +257,6 @@ class Views:
 
 def install(ctx: Context) -> Views:
     """Register the views on the Faust web server of `ctx.app`."""
-    if ctx.router is None:
-        ctx.router = FaustRouter(ctx)
     views = Views(ctx)
     web_app = cast(Any, ctx.app.web).web_app  # the aiohttp driver's Application
     web_app.middlewares.append(json_errors)

@@ -33,6 +33,16 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 ``tables``) builds on it.
 """
 
+from coordination.changes import (
+    Change,
+    Elected,
+    Joined,
+    Left,
+    Renewed,
+    Resigned,
+    Skipped,
+    StillVacant,
+)
 from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import (
@@ -45,6 +55,7 @@ from coordination.errors import (
     StateTopicError,
 )
 from coordination.evaluate import Step, evaluate
+from coordination.fold import RoleFold, build_role_state
 from coordination.kafka import (
     KafkaTransport,
     KafkaTransportError,
@@ -81,7 +92,7 @@ from coordination.runner import (
     RunnerState,
     TenureStop,
 )
-from coordination.state import Record, RoleState, RosterEntry, build_role_state
+from coordination.state import Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.transport import (
@@ -98,9 +109,11 @@ from coordination.transport import (
 
 __all__ = [
     "NO_EPOCH",
+    "Change",
     "Clock",
     "CoordinationError",
     "Coordinator",
+    "Elected",
     "EpochLostError",
     "FencedError",
     "FencingToken",
@@ -108,6 +121,7 @@ __all__ = [
     "GuardedTransaction",
     "GuardedWriter",
     "InvalidStateError",
+    "Joined",
     "KafkaTransport",
     "KafkaTransportError",
     "KafkaUnavailableError",
@@ -119,6 +133,7 @@ __all__ = [
     "LeadershipStatus",
     "Lease",
     "LeaseWriter",
+    "Left",
     "ManualClock",
     "MemoryBroker",
     "MemoryTransport",
@@ -129,14 +144,19 @@ __all__ = [
     "Record",
     "Registrar",
     "Registration",
+    "Renewed",
+    "Resigned",
+    "RoleFold",
     "RoleFunction",
     "RoleState",
     "RosterEntry",
     "RunnerObserver",
     "RunnerState",
+    "Skipped",
     "StateReader",
     "StateTopicError",
     "Step",
+    "StillVacant",
     "SystemClock",
     "TenureState",
     "TenureStop",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from coordination.errors import FormatError
+from coordination.fold import build_role_state
 from coordination.partition import role_partition
 from coordination.records import decode_key
-from coordination.state import RoleState, build_role_state
+from coordination.state import RoleState
 from coordination.status import LeadershipStatus
 from coordination.transport import Coordinator, StateReader
 

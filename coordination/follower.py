@@ -16,8 +16,9 @@ from typing import Any
 
 from coordination.clock import Clock
 from coordination.errors import FormatError
+from coordination.fold import RoleFold
 from coordination.records import Kind, decode_key, decode_lease
-from coordination.state import Record, RoleFold, RoleState
+from coordination.state import Record, RoleState
 from coordination.transport import PartitionRead, PartitionTail, StateReader
 
 __all__ = ["PartitionFollower"]

@@ -1,20 +1,19 @@
-"""A role's state, folded from its partition of ``__coordination_state``.
+"""A role's state, as folded from its partition of ``__coordination_state``.
 
 The log is the referee: rank is the offset of a member's latest registration,
-the holder is the member of the latest lease record. Nothing here reads a
-clock; `evaluate` decides what a member does with the state at an instant.
+the holder is the member of the latest lease record. The rules that fold
+records into this state are in `coordination.fold`; nothing here reads a
+clock: `evaluate` decides what a member does with the state at an instant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from coordination.errors import FormatError
-from coordination.records import Kind, Lease, decode_key, decode_lease, decode_registration
+from coordination.records import Lease
 from coordination.token import FencingToken
 
-__all__ = ["Record", "RoleFold", "RoleState", "RosterEntry", "build_role_state"]
+__all__ = ["Record", "RoleState", "RosterEntry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,8 @@ class RoleState:
     `lease` is the latest lease record (live or lapsed), None when the role is
     vacant or was never leased; `tenure` is the offset of the earliest retained
     lease record carrying the current lease's token; `errors` has one
-    ``(offset, reason)`` per record skipped as malformed.
+    ``(offset, reason)`` per record skipped as malformed (or the latest ones,
+    for a fold told to keep only so many: `skipped` counts them all).
     """
 
     role: str
@@ -57,13 +57,20 @@ class RoleState:
     lease: Lease | None = None
     tenure: int | None = None
     errors: list[tuple[int, str]] = field(default_factory=list)
-    cleared_member: str | None = None
-    """In a vacancy: the member of the lease the tombstone cleared, if retained."""
+    skipped: int = 0
+    """Every record skipped as malformed."""
+    cleared: Lease | None = None
+    """In a vacancy: the lease the tombstone cleared, if one was retained."""
     vacant_since: int | None = None
     """In a vacancy: the Kafka timestamp of the first lease tombstone after the
     last lease record."""
     lease_offset: int | None = None
     """The offset of the latest record under the lease key (value or tombstone)."""
+    lease_timestamp: int | None = None
+    """The Kafka timestamp of the record at `lease_offset`."""
+    tenures: dict[FencingToken, int] = field(default_factory=dict)
+    """Each token of a lease record and the offset of its first one, first seen
+    first: where `tenure` is looked up when a token comes back."""
     misplaced: int = 0
     """Records of the partition whose role hashes elsewhere (set by readers
     that know the partition)."""
@@ -85,6 +92,11 @@ class RoleState:
         """The member of the latest lease record, live or lapsed."""
         return None if self.lease is None else self.lease.member
 
+    @property
+    def cleared_member(self) -> str | None:
+        """In a vacancy: the member of the lease the tombstone cleared, if retained."""
+        return None if self.cleared is None else self.cleared.member
+
     def rank_of(self, member: str) -> tuple[int, bool]:
         """`member`'s position in the roster and True, or ``(-1, False)``."""
         for rank, entry in enumerate(self.entries):
@@ -97,85 +109,7 @@ class RoleState:
         rank, ranked = self.rank_of(member)
         return self.entries[rank] if ranked else None
 
-
-def build_role_state(role: str, records: Iterable[Record]) -> RoleState:
-    """Fold `records` (one partition, in offset order) into `role`'s state.
-
-    Records of other roles are ignored. A record that does not decode, or a
-    registration whose value names another member than its key, changes
-    nothing and is listed in `RoleState.errors`; an undecodable key cannot be
-    attributed to a role, so every role built from the partition lists it.
-    """
-    fold = RoleFold(role)
-    for record in records:
-        fold.apply(record)
-    return fold.state
-
-
-class RoleFold:
-    """`build_role_state` one record at a time, for a reader that keeps up
-    with a partition: each record costs O(roster), whatever the log's length.
-    """
-
-    def __init__(self, role: str) -> None:
-        self.state = RoleState(role)
-        self._tenures: dict[FencingToken, int] = {}
-
-    def apply(self, record: Record) -> None:
-        """Fold the next record of the partition (offsets must increase)."""
-        state = self.state
-        try:
-            key = decode_key(record.key)
-        except FormatError as exc:
-            state.errors.append((record.offset, str(exc)))
-            return
-        if key.role != state.role:
-            return
-        try:
-            if key.kind == Kind.REGISTRATION:
-                _fold_registration(state, record, key.member)
-            else:
-                _fold_lease(state, record, self._tenures)
-        except FormatError as exc:
-            state.errors.append((record.offset, str(exc)))
-
-    def snapshot(self) -> RoleState:
-        """A copy of the state so far, unaffected by later records."""
-        return replace(self.state, entries=list(self.state.entries),
-                       errors=list(self.state.errors))
-
-
-def _fold_registration(state: RoleState, record: Record, member: str) -> None:
-    entry = None
-    if record.value:
-        registration = decode_registration(record.value)
-        if registration.member != member:
-            raise FormatError(
-                "registration value",
-                f"names member {registration.member!r} under the key of {member!r}",
-            )
-        entry = RosterEntry(member, record.offset, registration.registered_at, record.timestamp)
-    state.entries = [kept for kept in state.entries if kept.member != member]
-    if entry is not None:
-        state.entries.append(entry)
-
-
-def _fold_lease(state: RoleState, record: Record, tenures: dict[FencingToken, int]) -> None:
-    if not record.value:
-        state.lease_offset = record.offset
-        if state.lease is not None:
-            state.cleared_member = state.lease.member
-            state.vacant_since = record.timestamp
-            state.lease = None
-            state.tenure = None
-        elif state.vacant_since is None:
-            state.vacant_since = record.timestamp
-        return
-    lease = decode_lease(record.value)
-    state.lease_offset = record.offset
-    token = FencingToken(lease.producer_id, lease.producer_epoch)
-    state.lease = lease
-    state.tenure = tenures.setdefault(token, record.offset)
-    state.cleared_member = None
-    state.vacant_since = None
-
+    def copy(self) -> RoleState:
+        """A copy that later folding of this state does not change."""
+        return replace(self, entries=list(self.entries), errors=list(self.errors),
+                       tenures=dict(self.tenures))

@@ -10,9 +10,10 @@ write made while folding partition p goes to changelog partition p.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import faust
+from faust.types import TableT
 
 __all__ = ["PARTITION_STATE", "ROLE_STATE", "Tables", "declare"]
 
@@ -23,8 +24,8 @@ PARTITION_STATE = "partition_state"
 class Tables(NamedTuple):
     """`role_state` (key: role UTF-8) and `partition_state` (key: partition digits)."""
 
-    role_state: Any
-    partition_state: Any
+    role_state: TableT[bytes, bytes]
+    partition_state: TableT[bytes, bytes]
 
 
 def declare(app: faust.App, partitions: int) -> Tables:

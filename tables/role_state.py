@@ -1,15 +1,18 @@
-"""The value of the ``role_state`` table: one role's state, as an orjson dict.
+"""The value of the ``role_state`` table: one role's `coordination.RoleState`,
+as an orjson object.
 
 The table is keyed by the role's raw UTF-8 bytes; this module is its value
-codec and nothing else (no Faust import). A value holds what
-`coordination.build_role_state` would say of the role after the records folded
-so far, plus what the fold needs to emit events exactly once (the last lease
-seen, whether its lapse was reported, the last applied offset).
+codec and nothing else (no Faust import, no fold rule: the state is the
+library's, folded by `coordination.RoleFold`). Beside the state a value holds
+what the fold agent needs to emit each event exactly once: the partition it
+was folded from, whether the latest lease's lapse was reported, and the last
+applied offset.
 
 Two things are bounded so a value stays small enough to rewrite on every
 renewal (each write goes to the changelog): the token history used to find a
-tenure (`MAX_TENURES`, see `RoleValue.tenures`) and the list of recent errors
-(`MAX_ERRORS`; `skipped` keeps the full count).
+tenure (`MAX_TENURES`) and the list of recent errors (`MAX_ERRORS`;
+`RoleState.skipped` keeps the full count). The fold agent passes both to
+`RoleFold`.
 
 Status (held / lapsed / vacant) is never stored: it depends on the time of the
 read, and a Faust table can only be written while processing an event.
@@ -17,26 +20,17 @@ read, and a Faust table can only be written while processing an event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from coordination import FencingToken, Lease, RosterEntry
+from coordination import FencingToken, Lease, RoleState, RosterEntry
 
-__all__ = [
-    "MAX_ERRORS",
-    "MAX_TENURES",
-    "SCHEMA",
-    "LeaseValue",
-    "RoleValue",
-    "Status",
-    "decode",
-    "encode",
-    "status",
-]
+__all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
 
-SCHEMA = 1
+SCHEMA = 2
+"""2 since the value is the library's `RoleState` (see docs/decisions.md)."""
 MAX_TENURES = 64
 """Tokens remembered with the offset of their first lease record. A real
 coordinator never hands out a token twice, so only the current token's entry
@@ -45,109 +39,47 @@ token reappears after 64 others (see docs/app.md)."""
 MAX_ERRORS = 16
 """Recent skipped records kept with their reason; older ones are only counted."""
 
-Status = Literal["held", "lapsed", "vacant"]
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseValue:
-    """A lease record as folded: the lease and the offset it was read at."""
-
-    member: str
-    producer_id: int
-    producer_epoch: int
-    granted_at: int
-    deadline: int
-    offset: int
-    timestamp: int
-
-    @property
-    def token(self) -> FencingToken:
-        """The lease's fencing token."""
-        return FencingToken(self.producer_id, self.producer_epoch)
-
-    def to_lease(self) -> Lease:
-        """The library's `Lease` for this value."""
-        return Lease(self.member, self.producer_id, self.producer_epoch, self.granted_at,
-                     self.deadline)
-
 
 @dataclass(slots=True)
 class RoleValue:
-    """One role's folded state (the table value, before orjson).
+    """One role's table value (before orjson).
 
-    `roster` is in rank order (the offset order of each member's latest
-    registration). `lease` is the latest lease record, None in a vacancy or
-    before any lease. `last_lease` is the latest lease *value* ever folded,
-    kept after a tombstone so the next `elected` event can name the previous
-    holder and so a vacancy knows whose lease was cleared. `tenures` maps
-    tokens to the offset of their first lease record, oldest first.
+    `state` is what `coordination.build_role_state` says of the role after
+    the records folded so far (with the bounds above); `partition` is the
+    state partition they came from; `lapse_reported` is whether the lapse of
+    `state.lease` was reported; `last_offset` is the last record folded.
     """
 
-    role: str
+    state: RoleState
     partition: int
-    roster: list[RosterEntry] = field(default_factory=list)
-    lease: LeaseValue | None = None
-    tenure: int | None = None
-    tenures: list[tuple[int, int, int]] = field(default_factory=list)
-    last_lease: LeaseValue | None = None
-    lease_offset: int | None = None
-    vacant_since: int | None = None
     lapse_reported: bool = False
-    skipped: int = 0
-    errors: list[tuple[int, str]] = field(default_factory=list)
     last_offset: int = -1
-
-    @property
-    def holder(self) -> str | None:
-        """The member of the latest lease record, live or lapsed."""
-        return None if self.lease is None else self.lease.member
-
-    @property
-    def cleared_member(self) -> str | None:
-        """In a vacancy: the member whose lease the tombstone cleared."""
-        if self.lease is None and self.last_lease is not None:
-            return self.last_lease.member
-        return None
-
-    @property
-    def last_error(self) -> tuple[int, str] | None:
-        """The latest skipped record of this role, as ``(offset, reason)``."""
-        return self.errors[-1] if self.errors else None
-
-    def rank_of(self, member: str) -> int | None:
-        """`member`'s roster index, or None when it is not registered."""
-        for rank, entry in enumerate(self.roster):
-            if entry.member == member:
-                return rank
-        return None
-
-
-def status(value: RoleValue, now_ms: int) -> Status:
-    """held while the lease is live at `now_ms`, lapsed after its deadline, else vacant."""
-    if value.lease is None:
-        return "vacant"
-    return "held" if now_ms < value.lease.deadline else "lapsed"
 
 
 def encode(value: RoleValue) -> bytes:
     """The table value bytes: an orjson object with a schema number."""
+    state = value.state
     return orjson.dumps({
         "schema": SCHEMA,
-        "role": value.role,
         "partition": value.partition,
-        "roster": [
-            [e.member, e.offset, e.registered_at, e.timestamp] for e in value.roster
-        ],
-        "lease": _lease_json(value.lease),
-        "tenure": value.tenure,
-        "tenures": [list(t) for t in value.tenures],
-        "last_lease": _lease_json(value.last_lease),
-        "lease_offset": value.lease_offset,
-        "vacant_since": value.vacant_since,
         "lapse_reported": value.lapse_reported,
-        "skipped": value.skipped,
-        "errors": [list(e) for e in value.errors],
         "last_offset": value.last_offset,
+        "state": {
+            "role": state.role,
+            "roster": [[e.member, e.offset, e.registered_at, e.timestamp]
+                       for e in state.entries],
+            "lease": _lease_json(state.lease),
+            "tenure": state.tenure,
+            "errors": [list(e) for e in state.errors],
+            "skipped": state.skipped,
+            "cleared": _lease_json(state.cleared),
+            "vacant_since": state.vacant_since,
+            "lease_offset": state.lease_offset,
+            "lease_timestamp": state.lease_timestamp,
+            "tenures": [[t.producer_id, t.producer_epoch, offset]
+                        for t, offset in state.tenures.items()],
+            "misplaced": state.misplaced,
+        },
     })
 
 
@@ -157,35 +89,45 @@ def decode(data: bytes) -> RoleValue:
         obj = orjson.loads(data)
         if obj.get("schema") != SCHEMA:
             raise ValueError(f"unsupported role_state schema {obj.get('schema')!r}")
+        state = obj["state"]
         return RoleValue(
-            role=str(obj["role"]),
+            state=RoleState(
+                role=str(state["role"]),
+                entries=[RosterEntry(str(m), int(o), int(r), int(t))
+                         for m, o, r, t in state["roster"]],
+                lease=_lease_from(state["lease"]),
+                tenure=_int_or_none(state["tenure"]),
+                errors=[(int(o), str(r)) for o, r in state["errors"]],
+                skipped=int(state["skipped"]),
+                cleared=_lease_from(state["cleared"]),
+                vacant_since=_int_or_none(state["vacant_since"]),
+                lease_offset=_int_or_none(state["lease_offset"]),
+                lease_timestamp=_int_or_none(state["lease_timestamp"]),
+                tenures={FencingToken(int(p), int(e)): int(o) for p, e, o in state["tenures"]},
+                misplaced=int(state["misplaced"]),
+            ),
             partition=int(obj["partition"]),
-            roster=[RosterEntry(str(m), int(o), int(r), int(t)) for m, o, r, t in obj["roster"]],
-            lease=_lease_from(obj["lease"]),
-            tenure=obj["tenure"],
-            tenures=[(int(p), int(e), int(o)) for p, e, o in obj["tenures"]],
-            last_lease=_lease_from(obj["last_lease"]),
-            lease_offset=obj["lease_offset"],
-            vacant_since=obj["vacant_since"],
             lapse_reported=bool(obj["lapse_reported"]),
-            skipped=int(obj["skipped"]),
-            errors=[(int(o), str(r)) for o, r in obj["errors"]],
             last_offset=int(obj["last_offset"]),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a role_state value: {exc}") from None
 
 
-def _lease_json(lease: LeaseValue | None) -> list[Any] | None:
+def _int_or_none(obj: Any) -> int | None:
+    return None if obj is None else int(obj)
+
+
+def _lease_json(lease: Lease | None) -> list[Any] | None:
     if lease is None:
         return None
     return [lease.member, lease.producer_id, lease.producer_epoch, lease.granted_at,
-            lease.deadline, lease.offset, lease.timestamp]
+            lease.deadline]
 
 
-def _lease_from(obj: list[Any] | None) -> LeaseValue | None:
+def _lease_from(obj: list[Any] | None) -> Lease | None:
     if obj is None:
         return None
-    member, producer_id, producer_epoch, granted_at, deadline, offset, timestamp = obj
-    return LeaseValue(str(member), int(producer_id), int(producer_epoch), int(granted_at),
-                      int(deadline), int(offset), int(timestamp))
+    member, producer_id, producer_epoch, granted_at, deadline = obj
+    return Lease(str(member), int(producer_id), int(producer_epoch), int(granted_at),
+                 int(deadline))

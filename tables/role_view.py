@@ -9,14 +9,25 @@ the log path (`coordination.describe_role_state`) answer in one shape.
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, Literal
 
 from coordination import RoleState
 from coordination.json_forms import lease_json, roster_json, token_json
 from tables.partition_state import PartitionValue
-from tables.role_state import MAX_ERRORS, RoleValue, Status
+from tables.role_state import MAX_ERRORS, RoleValue
 
-__all__ = ["Skips", "detail", "merged_state", "skips_of_state", "skips_of_values", "summary"]
+__all__ = [
+    "Skips",
+    "Status",
+    "detail",
+    "merged_state",
+    "skips_of_state",
+    "skips_of_values",
+    "status_of",
+    "summary",
+]
+
+Status = Literal["held", "lapsed", "vacant"]
 
 
 class Skips:
@@ -37,42 +48,37 @@ class Skips:
 
 
 def merged_state(value: RoleValue, partition: PartitionValue | None) -> RoleState:
-    """The library's `RoleState` for a role's table value.
+    """The role's `RoleState` as `build_role_state` gives it from the log.
 
-    Its errors are the recent ones (own malformed records merged by offset
-    with the partition's undecodable keys), `misplaced` the partition's count.
+    The value's state, with the partition's undecodable keys merged by offset
+    into its recent errors and counted as skipped, and the partition's
+    misplaced records counted.
     """
-    lease = value.lease
-    key_errors = [] if partition is None else partition.key_errors
-    return RoleState(
-        role=value.role,
-        entries=list(value.roster),
-        lease=None if lease is None else lease.to_lease(),
-        tenure=value.tenure,
-        errors=list(heapq.merge(value.errors, key_errors))[-MAX_ERRORS:],
-        cleared_member=value.cleared_member,
-        vacant_since=value.vacant_since,
-        lease_offset=value.lease_offset,
-        misplaced=0 if partition is None else partition.misplaced,
-    )
+    state = value.state.copy()
+    if partition is not None:
+        state.errors = list(heapq.merge(state.errors, partition.key_errors))[-MAX_ERRORS:]
+        state.skipped += partition.undecodable
+        state.misplaced = partition.misplaced
+    return state
 
 
 def skips_of_values(value: RoleValue, partition: PartitionValue | None) -> Skips:
     """Skipped records as the table counts them (counts are complete, reasons recent)."""
+    state = value.state
     if partition is None:
-        return Skips(value.skipped, list(value.errors), 0)
-    recent = list(heapq.merge(value.errors, partition.key_errors, partition.misplaced_errors))
-    return Skips(value.skipped + partition.undecodable + partition.misplaced,
+        return Skips(state.skipped, list(state.errors), 0)
+    recent = list(heapq.merge(state.errors, partition.key_errors, partition.misplaced_errors))
+    return Skips(state.skipped + partition.undecodable + partition.misplaced,
                  recent[-MAX_ERRORS:], partition.misplaced)
 
 
 def skips_of_state(state: RoleState) -> Skips:
     """Skipped records of a `RoleState` read from the log (misplaced ones have no reason)."""
-    return Skips(len(state.errors) + state.misplaced, list(state.errors), state.misplaced)
+    return Skips(state.skipped + state.misplaced, list(state.errors), state.misplaced)
 
 
 def status_of(state: RoleState, now_ms: int) -> Status:
-    """held / lapsed / vacant at `now_ms`."""
+    """held while the latest lease is live at `now_ms`, lapsed after its deadline, else vacant."""
     if state.lease is None:
         return "vacant"
     return "held" if now_ms < state.lease.deadline else "lapsed"

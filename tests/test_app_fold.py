@@ -13,6 +13,7 @@ from coordination import (
     FencingToken,
     Record,
     Registration,
+    RoleState,
     build_role_state,
     encode_key,
     encode_registration,
@@ -23,7 +24,7 @@ from coordination import (
 from tables import partition_state, role_state
 from tables.partition_state import PartitionValue
 from tables.role_state import RoleValue
-from tables.role_view import merged_state
+from tables.role_view import merged_state, status_of
 from tests.logs import Log
 
 PARTITIONS = 4
@@ -90,7 +91,7 @@ def test_a_re_registration_joins_again_at_the_tail():
     events = folder.apply([log.register(ROLE, "a")])
     assert kinds(events) == ["member-joined"]
     assert events[0].rank == 1
-    assert [e.member for e in folder.value().roster] == ["b", "a"]
+    assert folder.value().state.roster == ["b", "a"]
 
 
 def test_a_registration_tombstone_emits_member_left_with_the_old_rank():
@@ -131,10 +132,10 @@ def test_a_renewal_is_not_an_event_and_keeps_the_tenure():
     first = log.lease(ROLE, "a", T1, deadline=30_000, ts=0)
     folder.apply(log.records)
     assert folder.apply([log.lease(ROLE, "a", T1, deadline=40_000, ts=10_000)]) == []
-    value = folder.value()
-    assert value.tenure == first.offset
-    assert value.lease is not None
-    assert value.lease.deadline == 40_000
+    state = folder.value().state
+    assert state.tenure == first.offset
+    assert state.lease is not None
+    assert state.lease.deadline == 40_000
 
 
 def test_a_new_token_emits_elected_naming_the_previous_holder_and_token():
@@ -159,7 +160,7 @@ def test_a_lease_tombstone_emits_resigned_for_the_holder():
     assert (resigned.member, resigned.token, resigned.tenure) == ("a", T1, first.offset)
     assert (resigned.granted_at, resigned.deadline) == (5, 30_000)
     assert (resigned.offset, resigned.timestamp) == (tombstone.offset, 1000)
-    assert role_state.status(folder.value(), 1001) == "vacant"
+    assert status_of(folder.value().state, 1001) == "vacant"
 
 
 def test_after_a_resignation_the_next_elected_names_the_resigned_holder():
@@ -206,10 +207,10 @@ def test_status_is_computed_on_read():
     log, folder = Log(), Folder()
     log.lease(ROLE, "a", T1, deadline=30_000, ts=0)
     folder.apply(log.records)
-    value = folder.value()
-    assert role_state.status(value, 29_999) == "held"
-    assert role_state.status(value, 30_000) == "lapsed"
-    assert role_state.status(RoleValue(ROLE, HOME), 0) == "vacant"
+    state = folder.value().state
+    assert status_of(state, 29_999) == "held"
+    assert status_of(state, 30_000) == "lapsed"
+    assert status_of(RoleState(ROLE), 0) == "vacant"
 
 
 # --- malformed, misplaced and replayed records ------------------------------------------
@@ -221,19 +222,18 @@ def test_a_malformed_lease_value_is_counted_and_changes_nothing():
     bad = log.raw(encode_key(lease_key(ROLE)), b"\x00\x00garbage", ts=1)
     events = folder.apply(log.records)
     assert kinds(events) == ["elected"]
-    value = folder.value()
-    assert value.holder == "a"
-    assert value.skipped == 1
-    assert value.last_error is not None
-    assert value.last_error[0] == bad.offset
-    assert "malformed lease value" in value.last_error[1]
+    state = folder.value().state
+    assert state.holder == "a"
+    assert state.skipped == 1
+    assert state.errors[-1][0] == bad.offset
+    assert "malformed lease value" in state.errors[-1][1]
 
 
 def test_a_registration_naming_another_member_is_skipped_with_the_library_s_reason():
     log, folder = Log(), Folder()
     log.raw(encode_key(registration_key(ROLE, "a")), encode_registration(Registration("b", 0)))
     assert folder.apply(log.records) == []
-    assert folder.value().errors == build_role_state(ROLE, log.records).errors
+    assert folder.value().state.errors == build_role_state(ROLE, log.records).errors
 
 
 def test_an_undecodable_key_is_counted_for_the_partition_and_shown_by_its_roles():

@@ -1,35 +1,37 @@
-"""Property: folding a partition record by record agrees with build_role_state.
+"""Property: the worker's fold is the library's change stream turned into table
+values and events.
 
-For every role of the partition, the table value after the last record (merged
-with the partition's unattributable records, as the web view shows it) has
-the roster, lease, tenure, vacancy, errors and misplaced count that
-`build_role_state` / `describe_role_state` compute from the whole sequence.
-Tokens come from a small pool, so old tokens reappear (the tenure rule that
-needs the token history); fewer than `MAX_TENURES` distinct tokens appear.
+Folding a partition record by record through the table codec ends with, for
+every role, the `RoleState` that `build_role_state` / `describe_role_state`
+compute from the whole sequence (merged with the partition's unattributable
+records, as the web view shows it). Each record's events are the event of the
+change `RoleFold` reports for it (none for renewals, vacant tombstones and
+malformed records), after the lapse the record's timestamp reveals.
+Fewer than `MAX_TENURES` distinct tokens appear (tests/state_logs.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from agents.folding import Unattributed, fold, fold_unattributed, route
 from coordination import (
-    Lease,
+    Elected,
+    Joined,
+    Left,
     Record,
-    Registration,
+    Resigned,
+    RoleFold,
     build_role_state,
-    encode_key,
-    encode_lease,
-    encode_registration,
-    lease_key,
-    registration_key,
     role_partition,
 )
 from coordination.records import decode_key
 from tables import partition_state, role_state
 from tables.role_state import MAX_ERRORS, RoleValue
 from tables.role_view import merged_state
+from tests.state_logs import partitions
 
 PARTITIONS = 3
 PARTITION = 1
@@ -37,56 +39,8 @@ CANDIDATES = [f"role-{i}" for i in range(40)]
 HOME_ROLES = [r for r in CANDIDATES if role_partition(r, PARTITIONS) == PARTITION][:3]
 AWAY_ROLES = [r for r in CANDIDATES if role_partition(r, PARTITIONS) != PARTITION][:1]
 ROLES = HOME_ROLES + AWAY_ROLES
-MEMBERS = ["a", "b", "c"]
-TOKENS = [(1000, 0), (1000, 1), (1000, 2), (7, 0)]
-
-roles = st.sampled_from(ROLES)
-members = st.sampled_from(MEMBERS)
-times = st.integers(0, 100_000)
-
-registration = st.builds(
-    lambda role, member, named, at: (encode_key(registration_key(role, member)),
-                                     encode_registration(Registration(named, at))),
-    roles, members, members, times,
-)
-deregistration = st.builds(
-    lambda role, member, empty: (encode_key(registration_key(role, member)),
-                                 b"" if empty else None),
-    roles, members, st.booleans(),
-)
-lease = st.builds(
-    lambda role, member, token, granted, length: (
-        encode_key(lease_key(role)),
-        encode_lease(Lease(member, token[0], token[1], granted, granted + length)),
-    ),
-    roles, members, st.sampled_from(TOKENS), times, st.integers(0, 50_000),
-)
-clear = st.builds(lambda role, empty: (encode_key(lease_key(role)), b"" if empty else None),
-                  roles, st.booleans())
-bad_value = st.builds(lambda key, value: (key, value),
-                      st.one_of(roles.map(lambda r: encode_key(lease_key(r))),
-                                st.builds(lambda r, m: encode_key(registration_key(r, m)),
-                                          roles, members)),
-                      st.binary(min_size=1, max_size=12))
-bad_key = st.builds(lambda key, value: (key, value), st.binary(max_size=12),
-                    st.one_of(st.none(), st.binary(max_size=8)))
-entries = st.lists(
-    st.tuples(
-        st.one_of(registration, registration, deregistration, lease, lease, clear, bad_value,
-                  bad_key),
-        st.integers(1, 3),  # offset gap: control markers and compaction leave holes
-        times,              # the record's Kafka timestamp
-    ),
-    max_size=60,
-)
-
-
-def _records(drawn: list[tuple[tuple[bytes, bytes | None], int, int]]) -> list[Record]:
-    records, offset = [], 0
-    for (key, value), gap, timestamp in drawn:
-        records.append(Record(offset, key, value, timestamp))
-        offset += gap
-    return records
+EVENT_OF = {Joined: "member-joined", Left: "member-left", Elected: "elected",
+            Resigned: "resigned"}
 
 
 def _misplaced(records: list[Record]) -> int:
@@ -101,9 +55,8 @@ def _misplaced(records: list[Record]) -> int:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(entries)
-def test_folding_record_by_record_agrees_with_build_role_state(drawn):
-    records = _records(drawn)
+@given(partitions(ROLES))
+def test_folding_record_by_record_ends_with_the_state_build_role_state_gives(records):
     values: dict[str, RoleValue] = {}
     skipped = None
     for record in records:
@@ -119,27 +72,17 @@ def test_folding_record_by_record_agrees_with_build_role_state(drawn):
     assert set(values) <= set(HOME_ROLES)
     for role, value in values.items():
         expected = build_role_state(role, records)
-        got = merged_state(value, skipped)
-        assert got.entries == expected.entries
-        assert got.lease == expected.lease
-        assert got.tenure == expected.tenure
-        assert got.cleared_member == expected.cleared_member
-        assert got.vacant_since == expected.vacant_since
-        assert got.lease_offset == expected.lease_offset
-        assert got.errors == expected.errors[-MAX_ERRORS:]
-        undecodable = 0 if skipped is None else skipped.undecodable
-        assert value.skipped + undecodable == len(expected.errors)
-        assert got.misplaced == _misplaced(records)
+        assert merged_state(value, skipped) == dataclasses.replace(
+            expected, errors=expected.errors[-MAX_ERRORS:], misplaced=_misplaced(records))
 
 
-@settings(max_examples=200, deadline=None)
-@given(entries)
-def test_events_follow_the_holder(drawn):
-    """Every elected event names the new holder and token; resigned empties the role;
-    a lease record lapses at most once."""
+@settings(max_examples=300, deadline=None)
+@given(partitions(ROLES))
+def test_each_record_s_events_are_its_lapse_and_its_change(records):
     values: dict[str, RoleValue] = {}
+    library: dict[str, RoleFold] = {}
     lapsed: set[tuple[str, int]] = set()
-    for record in _records(drawn):
+    for record in records:
         key = route(record, PARTITION, PARTITIONS)
         if isinstance(key, Unattributed):
             continue
@@ -147,19 +90,33 @@ def test_events_follow_the_holder(drawn):
         value, events = fold(before, record, PARTITION, PARTITIONS)
         assert value is not None
         values[key.role] = value
+        change = library.setdefault(key.role, RoleFold(key.role)).apply(record)
+
+        lease = None if before is None else before.state.lease
+        lapses = (lease is not None and lease.deadline <= record.timestamp
+                  and (key.role, before.state.lease_offset) not in lapsed)
+        kinds = (["lapsed"] if lapses else []) + (
+            [EVENT_OF[type(change)]] if type(change) in EVENT_OF else [])
+        assert [event.kind for event in events] == kinds
         for event in events:
-            assert event.role == key.role
-            assert event.partition == PARTITION
-            if event.kind == "elected":
-                assert value.lease is not None
-                assert (event.member, event.token) == (value.lease.member, value.lease.token)
-                assert event.offset == record.offset
-            elif event.kind == "resigned":
-                assert value.lease is None
+            assert (event.role, event.partition) == (key.role, PARTITION)
+            if event.kind == "lapsed":
                 assert before is not None
-                assert before.lease is not None
-            elif event.kind == "lapsed":
-                assert (key.role, event.offset) not in lapsed
                 lapsed.add((key.role, event.offset))
-                assert event.deadline is not None
-                assert event.deadline <= record.timestamp
+                assert event.offset == before.state.lease_offset
+                assert event.timestamp == before.state.lease_timestamp
+                continue
+            assert (event.offset, event.timestamp) == (record.offset, record.timestamp)
+            if event.kind == "elected":
+                assert isinstance(change, Elected)
+                assert (event.member, event.token, event.tenure) == (
+                    change.lease.member, value.state.token, change.tenure)
+                assert event.previous_holder == (
+                    None if change.previous is None else change.previous.member)
+            elif event.kind == "resigned":
+                assert isinstance(change, Resigned)
+                assert value.state.lease is None
+                assert (event.member, event.tenure) == (change.lease.member, change.tenure)
+            else:
+                assert isinstance(change, Joined | Left)
+                assert (event.member, event.rank) == (change.member, change.rank)

@@ -7,11 +7,14 @@ import asyncio
 
 import pytest
 
-from agents.roles import MetricsObserver, RoleRunner, role
+from agents.roles import ROLES, MetricsObserver, RoleRunner, role
+from app.factory import build
 from app.metrics import Metrics
+from app.settings import Settings
 from coordination import (
     Leadership,
     LeadershipOptions,
+    MemoryBroker,
     MemoryTransport,
     describe_leadership,
     describe_role_state,
@@ -231,6 +234,22 @@ def test_the_decorator_registers_async_functions_once():
             pass
     with pytest.raises(ValueError, match="empty"):
         role("")
+
+
+def test_a_role_declared_after_the_worker_is_built_is_one_it_stands_for():
+    """As docs/app.md declares roles: import the worker, then ``@role`` functions."""
+    worker = build(Settings(partitions=4, member_id="m", app_id="test-late-role"),
+                   store="memory://", transport_factory=lambda: MemoryTransport(MemoryBroker()))
+    assert "late-role" not in worker.roles
+
+    @role("late-role")
+    async def late(leadership):
+        pass
+
+    try:
+        assert worker.roles["late-role"] is late
+    finally:
+        ROLES.pop("late-role")
 
 
 async def test_the_metrics_count_the_first_lease_and_every_renewal():
