@@ -17,15 +17,28 @@ The fix asks the broker instead: aiokafka's ``end_offsets`` sends ListOffsets
 with the consumer's isolation level, which for a read_committed consumer is
 the last stable offset itself.
 
-2. Commits racing at shutdown. On stop, the consumer's final commit (which
-ends each partition's transaction without starting another) can run while
-the periodic commit is waiting for the same producer; the second then sends
-offsets to a producer that is no longer in a transaction, aiokafka raises
+2. Commits racing at shutdown, and table writes left out of the commit.
+On stop, the consumer's final commit (which ends each partition's
+transaction without starting another) can run while the periodic commit is
+waiting for the same producer; the second then sends offsets to a producer
+that is no longer in a transaction, aiokafka raises
 ``IllegalOperation("Not in the middle of a transaction")``, the consumer
 crashes and the worker exits non-zero. A producer that is not in a
 transaction has nothing uncommitted, so its commit is skipped: at worst the
 offsets stay where the last commit put them and records are folded again
 (the fold ignores records at or below a value's last applied offset).
+And a table write is not sent when it is made: it waits in the producer's
+buffer for a task to send it, while the event that made it is acked at once.
+Under exactly_once Faust commits without flushing that buffer (it flushes
+only in the non-transactional branch of ``Consumer._commit_offsets``), so a
+commit can carry the offset of an event whose changelog write is still in
+the buffer. The write then lands in the next transaction (lost if the
+worker dies before that commits), or, after the final commit at shutdown,
+in none: ``IllegalOperation("Can't send messages while not in
+transaction")`` crashes the buffer and a worker stopped with SIGTERM exits
+1 (seen in a rolling restart: a worker stopped just as its recovery ended).
+So the commit flushes the buffer first, outside the transaction locks that
+each buffered send takes.
 
 3. A rebalance during table recovery. ``Recovery._restart_recovery`` waits
 for the active changelogs with ``self._wait(...)``, which raises
@@ -65,6 +78,7 @@ __all__ = ["REBALANCED_DURING_RECOVERY", "apply"]
 log = logging.getLogger("app.faust_patches")
 
 _APPLIED = "_krabka_patched"
+FLUSH_SECONDS = 5.0
 
 
 async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]:
@@ -75,6 +89,7 @@ async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]
 
 async def _commit_transactions(self: Any, tid_to_offset_map: Mapping[str, Any], group_id: str,
                                start_new_transaction: bool = True) -> None:
+    await _flush_buffer(self.buffer)
     for transactional_id, offsets in tid_to_offset_map.items():
         async with self._trn_locks[transactional_id]:
             producer = self._transaction_producers.get(transactional_id)
@@ -88,6 +103,22 @@ async def _commit_transactions(self: Any, tid_to_offset_map: Mapping[str, Any], 
             await producer.commit_transaction()
             if start_new_transaction:
                 await producer.begin_transaction()
+
+
+async def _flush_buffer(buffer: Any) -> None:
+    """Send every buffered message into the transactions still open.
+
+    ``ProducerBuffer.flush`` gives up after 0.1 s without a send, so it is
+    repeated while messages remain, for at most `FLUSH_SECONDS`; a buffer
+    that is not running sends nothing (Faust's own flush would raise).
+    """
+    deadline = asyncio.get_running_loop().time() + FLUSH_SECONDS
+    while buffer.size and buffer.state == "running":
+        if asyncio.get_running_loop().time() >= deadline:
+            log.warning("%d table writes still buffered at a commit; they join the next "
+                        "transaction", buffer.size)
+            return
+        await buffer.flush()
 
 
 _original_recovery_wait = faust_recovery.Recovery._wait

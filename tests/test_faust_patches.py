@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import types
 
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.transport.producer import ProducerBuffer
 
 from app import faust_patches
 from app.faust_internals import FAUST
@@ -109,6 +111,61 @@ def test_the_installed_faust_is_patched():
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
     assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
+
+
+# --- commits carry the table writes of the events whose offsets they commit ---------
+
+
+class _Log(list):
+    """What happened, in order."""
+
+
+class _Channel:
+    def __init__(self, log: _Log) -> None:
+        self.log = log
+
+    async def publish_message(self, fut: object, wait: bool = False) -> None:
+        self.log.append("send table write")
+
+
+class _TransactionProducer:
+    def __init__(self, log: _Log) -> None:
+        self.log = log
+        self.in_transaction = True
+        self._txn_manager = types.SimpleNamespace(is_in_transaction=lambda: self.in_transaction)
+
+    async def send_offsets_to_transaction(self, offsets: object, group_id: str) -> None:
+        self.log.append("send offsets")
+
+    async def commit_transaction(self) -> None:
+        self.log.append("commit")
+        self.in_transaction = False
+
+    async def begin_transaction(self) -> None:
+        self.in_transaction = True
+
+
+@pytest.mark.parametrize("start_new_transaction", [True, False])
+async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buffer(
+    start_new_transaction,
+):
+    """With the final commit at shutdown (no new transaction) a write left in
+    the buffer had no transaction to go to, and the worker crashed."""
+    log = _Log()
+    buffer = ProducerBuffer()
+    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    producer = types.SimpleNamespace(
+        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
+        _transaction_producers={"tid": _TransactionProducer(log)})
+    await buffer.start()
+    try:
+        for _ in range(3):  # an event's table writes, buffered; the event is acked
+            buffer.put(types.SimpleNamespace(message=types.SimpleNamespace(channel=_Channel(log))))
+        await faust_patches._commit_transactions(producer, {"tid": {}}, "group",
+                                                 start_new_transaction)
+    finally:
+        await buffer.stop()
+    assert log == ["send table write"] * 3 + ["send offsets", "commit"]
 
 
 # --- the private names the patches rely on -------------------------------------------

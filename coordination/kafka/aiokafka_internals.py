@@ -53,6 +53,10 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error",
     "aiokafka.producer.transaction_manager:TransactionManager.wait_for_transaction_end",
     "aiokafka.producer.transaction_manager:TransactionManager._transaction_waiter",
+    # A conditional bump moves the producer to the new epoch (`RoleProducer.rebind`).
+    "aiokafka.producer.transaction_manager:PidAndEpoch",
+    "aiokafka.producer.transaction_manager:TransactionManager._pid_and_epoch",
+    "aiokafka.producer.transaction_manager:TransactionManager._sequence_numbers",
     # The consumer: a bounded stop, and the position read without awaiting.
     "aiokafka.consumer.consumer:AIOKafkaConsumer._closed",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",

@@ -110,7 +110,7 @@ class RoleProducer:
         aiokafka only learns a producer id and epoch from its own InitProducerId
         at start, and its public `set_pid_and_epoch` may run only once per
         producer, so the pair is replaced in the transaction manager directly
-        (private attributes of aiokafka 0.14). The
+        (private attributes, listed in `coordination.kafka.aiokafka_internals`). The
         producer is READY (`settle` ran before the bump), so no batch holds the
         old pair; sequence numbers restart at 0, as the broker expects of a new
         epoch.
