@@ -1,5 +1,5 @@
-"""Three fixes to faust-streaming 0.15.3, applied when the worker app is
-built. All three were seen on the local broker (docs/app.md).
+"""Patches for four faust-streaming 0.15.3 bugs, applied when the worker app is
+built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
 Faust's table recovery asks the consumer thread for each changelog
