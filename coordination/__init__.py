@@ -34,6 +34,7 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 """
 
 from coordination.clock import Clock, ManualClock, SystemClock
+from coordination.defaults import STATE_TOPIC
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import (
     CoordinationError,
@@ -93,11 +94,13 @@ from coordination.transport import (
     Registrar,
     StateReader,
     TopicCheck,
+    TopicFacts,
     Transport,
 )
 
 __all__ = [
     "NO_EPOCH",
+    "STATE_TOPIC",
     "Clock",
     "CoordinationError",
     "Coordinator",
@@ -141,6 +144,7 @@ __all__ = [
     "TenureState",
     "TenureStop",
     "TopicCheck",
+    "TopicFacts",
     "Transport",
     "acquire_leadership",
     "build_role_state",
