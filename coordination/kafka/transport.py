@@ -1,7 +1,7 @@
 """`KafkaTransport`: the four transport protocols on a real Kafka cluster.
 
 What it relies on of Kafka (DESIGN.md §1 and §5; each is proven by
-``tests/test_kafka_transport.py`` on Kafka 4.4.0):
+the ``[kafka]`` half of ``tests/test_transport_contract.py`` on Kafka 4.4.0):
 
 * **InitProducerId mints the leadership epoch.** Starting an aiokafka producer
   with ``transactional.id = role`` sends it; the coordinator bumps the role's
