@@ -24,6 +24,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# A script of the checkout: its defaults are the checkout's library's, not
+# those of whatever version is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from coordination.defaults import PARTITIONS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,12 +29,16 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
+# A script of the checkout: its defaults are the checkout's library's, not
+# those of whatever version is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from coordination.defaults import PARTITIONS, STATE_TOPIC
 
 EVENTS_TOPIC = "coordination-leadership-changes"
