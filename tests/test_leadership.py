@@ -449,7 +449,8 @@ async def test_bad_names_are_refused_before_any_io(role, member, message):
 
 async def test_a_wrong_partition_count_stops_start_up():
     cluster = Cluster(partitions=4)
-    with pytest.raises(StateTopicError, match="has 4 partitions, configured 16"):
+    with pytest.raises(StateTopicError,
+                       match="has 4 partitions, but this member is configured with partitions=16"):
         await acquire_leadership(cluster.transport(), "billing", "a", partitions=16)
 
 
