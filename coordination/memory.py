@@ -37,7 +37,12 @@ from coordination.partition import murmur2, to_positive
 from coordination.state import Record
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
-from coordination.topic_policy import StateTopicPolicy, TopicCheck, TopicFacts
+from coordination.topic_policy import (
+    KAFKA_TRANSACTION_MAX_TIMEOUT_MS,
+    StateTopicPolicy,
+    TopicCheck,
+    TopicFacts,
+)
 from coordination.transport import PartitionRead
 
 __all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryTransport"]
@@ -147,7 +152,7 @@ class MemoryBroker:
         *,
         clock: Clock | None = None,
         producer_ids: Iterator[int] | None = None,
-        transaction_max_timeout: float = 900.0,
+        transaction_max_timeout: float = KAFKA_TRANSACTION_MAX_TIMEOUT_MS / 1000,
         abort_cleanup_interval: float = 0.0,
     ) -> None:
         self.clock: Clock = clock or SystemClock()

@@ -34,7 +34,9 @@ from coordination import (
     encode_lease,
     encode_registration,
     lease_key,
+    murmur2,
     registration_key,
+    to_positive,
 )
 from tests.lease_io import write_lease
 from tests.transport_backends import KafkaBackend, MemoryBackend
@@ -336,6 +338,25 @@ async def test_guarded_sends_to_other_topics_commit_with_the_transaction(cluster
     await txn.commit()
     read = await stable_read(cluster, reader, 1)
     assert [r.value for r in read.records] == [b"invoice"]
+
+
+async def test_a_keyed_send_without_a_partition_goes_where_kafkas_partitioner_puts_it(
+    cluster, role
+):
+    output = await cluster.new_topic(4, compacted=False)
+    transport = await cluster.process()
+    reader = await cluster.process(output)
+    token = await transport.acquire_epoch(role, LEASE)
+    keys = [f"key-{i}".encode() for i in range(8)]
+    txn = await transport.begin_transaction(role, token)
+    for key in keys:
+        await txn.send(output, key, key=key)
+    await txn.commit()
+    landed = {partition: [r.value for r in (await stable_read(cluster, reader, partition)).records]
+              for partition in range(4)}
+    assert landed == {partition: [k for k in keys if to_positive(murmur2(k)) % 4 == partition]
+                      for partition in range(4)}
+    assert len([p for p, values in landed.items() if values]) > 1
 
 
 async def test_a_tail_returns_records_as_they_are_committed(cluster, role):
