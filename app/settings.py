@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordination import LeadershipOptions
+from coordination import LeadershipOptions, defaults
 
 __all__ = ["Settings"]
 
@@ -49,12 +49,12 @@ class Settings:
 
     bootstrap_servers: str = "127.0.0.1:9092"
     app_id: str = "krabka-coordination"
-    state_topic: str = "__coordination_state"
+    state_topic: str = defaults.STATE_TOPIC
     events_topic: str = "coordination-leadership-changes"
-    partitions: int = 16
-    lease_duration: float = 30.0
-    renew_interval: float = 10.0
-    challenge_stagger: float = 5.0
+    partitions: int = defaults.PARTITIONS
+    lease_duration: float = defaults.LEASE_DURATION
+    renew_interval: float = defaults.RENEW_INTERVAL
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
     web_bind: str = "0.0.0.0"

@@ -18,9 +18,15 @@ from typing import Any
 from bench import procs
 from bench.context import Bench, stop, wait
 from bench.stats import Result
+from coordination.defaults import (
+    CHALLENGE_STAGGER,
+    LEASE_DURATION,
+    PARTITIONS,
+    RENEW_INTERVAL,
+)
 
-LEASE, RENEW, STAGGER = 30.0, 10.0, 5.0
-PARTITIONS = 16
+# The library's defaults: the scale run measures what a user gets out of the box.
+LEASE, RENEW, STAGGER = LEASE_DURATION, RENEW_INTERVAL, CHALLENGE_STAGGER
 
 
 def _sample(process: Any) -> dict[str, float]:

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from coordination import Leadership, acquire_leadership, decode_lease
+from coordination.defaults import PARTITIONS
 from coordination.kafka import KafkaTransport
 
 
@@ -95,7 +96,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--state-topic", required=True)
-    p.add_argument("--partitions", type=int, default=16)
+    p.add_argument("--partitions", type=int, default=PARTITIONS)
     p.add_argument("--roles", type=int, required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--member", default="scale-worker")

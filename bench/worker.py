@@ -309,7 +309,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--role", required=True)
     p.add_argument("--member", required=True)
     p.add_argument("--bootstrap-servers", required=True)
-    p.add_argument("--state-topic", default="__coordination_state")
+    p.add_argument("--state-topic", required=True)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--output", required=True)
     p.add_argument("--lease", type=float, default=3.0)

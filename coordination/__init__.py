@@ -44,6 +44,7 @@ from coordination.changes import (
     StillVacant,
 )
 from coordination.clock import Clock, ManualClock, SystemClock
+from coordination.defaults import STATE_TOPIC
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import (
     CoordinationError,
@@ -104,11 +105,13 @@ from coordination.transport import (
     Registrar,
     StateReader,
     TopicCheck,
+    TopicFacts,
     Transport,
 )
 
 __all__ = [
     "NO_EPOCH",
+    "STATE_TOPIC",
     "Change",
     "Clock",
     "CoordinationError",
@@ -161,6 +164,7 @@ __all__ = [
     "TenureState",
     "TenureStop",
     "TopicCheck",
+    "TopicFacts",
     "Transport",
     "acquire_leadership",
     "build_role_state",

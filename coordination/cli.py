@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from coordination import defaults
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import StateTopicError
 from coordination.json_forms import lease_json, roster_json, token_json
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     connection.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP,
                             help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS "
                                  "or 127.0.0.1:9092)")
-    connection.add_argument("--topic", default="__coordination_state", help="the state topic")
+    connection.add_argument("--topic", default=defaults.STATE_TOPIC, help="the state topic")
     parser = argparse.ArgumentParser(
         prog="python -m coordination", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -66,8 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     state = commands.add_parser("state", parents=[connection],
                                 help="the role's roster and lease from the log")
     state.add_argument("role")
-    state.add_argument("--partitions", type=int, default=16,
-                       help="the state topic's partition count (default 16)")
+    state.add_argument("--partitions", type=int, default=defaults.PARTITIONS,
+                       help="the state topic's partition count (default %(default)s)")
     fence = commands.add_parser("fence", parents=[connection],
                                 help="depose the role's holder now")
     fence.add_argument("role")

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from coordination import defaults
 from coordination.clock import Clock, SystemClock
 from coordination.errors import (
     EpochLostError,
@@ -81,10 +82,10 @@ class LeadershipOptions:
     between the deadline passing and the leader noticing.
     """
 
-    partitions: int = 16
-    lease_duration: float = 30.0
-    renew_interval: float = 10.0
-    challenge_stagger: float = 5.0
+    partitions: int = defaults.PARTITIONS
+    lease_duration: float = defaults.LEASE_DURATION
+    renew_interval: float = defaults.RENEW_INTERVAL
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

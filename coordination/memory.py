@@ -31,16 +31,24 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coordination.clock import Clock, SystemClock
-from coordination.errors import FencedError, StateTopicError
+from coordination.defaults import STATE_TOPIC
+from coordination.errors import FencedError
 from coordination.partition import murmur2, to_positive
 from coordination.state import Record
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
-from coordination.transport import PartitionRead, TopicCheck
+from coordination.topic_policy import (
+    KAFKA_TRANSACTION_MAX_TIMEOUT_MS,
+    StateTopicPolicy,
+    TopicCheck,
+    TopicFacts,
+)
+from coordination.transport import PartitionRead
 
 __all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryTransport"]
 
-STATE_TOPIC = "__coordination_state"
+MEMORY_SERVERS = "<in-memory broker>"
+"""Where a `MemoryBroker` is, as the topic check's messages name it."""
 MAX_EPOCH = 32766
 """The last epoch Kafka mints for a producer id before moving to a new id."""
 
@@ -117,6 +125,9 @@ class _Partition:
 class _Topic:
     partitions: list[_Partition]
     compacted: bool
+    replication: int
+    min_insync_replicas: int
+    segment_ms: int
 
 
 @dataclass(eq=False)
@@ -141,7 +152,7 @@ class MemoryBroker:
         *,
         clock: Clock | None = None,
         producer_ids: Iterator[int] | None = None,
-        transaction_max_timeout: float = 900.0,
+        transaction_max_timeout: float = KAFKA_TRANSACTION_MAX_TIMEOUT_MS / 1000,
         abort_cleanup_interval: float = 0.0,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
@@ -153,11 +164,43 @@ class MemoryBroker:
         self._ids: dict[str, _TransactionalId] = {}
         self.epochs_minted = 0
 
-    def create_topic(self, name: str, partitions: int, *, compacted: bool = True) -> None:
-        """Create `name` with `partitions` empty partitions."""
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        compacted: bool = True,
+        replication: int = 3,
+        min_insync_replicas: int = 2,
+        segment_ms: int = 60_000,
+    ) -> None:
+        """Create `name` with `partitions` empty partitions.
+
+        The defaults are the settings deploy/topics.py gives a production
+        state topic; the others are only reported to the topic check.
+        """
         if name in self.topics:
             raise ValueError(f"topic {name!r} exists")
-        self.topics[name] = _Topic([_Partition() for _ in range(partitions)], compacted)
+        self.topics[name] = _Topic([_Partition() for _ in range(partitions)], compacted,
+                                   replication, min_insync_replicas, segment_ms)
+
+    def topic_facts(self, name: str) -> TopicFacts:
+        """What this cluster would tell an admin client of `name` and its brokers."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return TopicFacts(name, MEMORY_SERVERS, exists=False)
+        return TopicFacts(
+            name,
+            MEMORY_SERVERS,
+            exists=True,
+            partitions=len(topic.partitions),
+            cleanup_policy="compact" if topic.compacted else "delete",
+            replication=topic.replication,
+            min_insync_replicas=topic.min_insync_replicas,
+            segment_ms=topic.segment_ms,
+            transaction_max_timeout_ms=self.transaction_max_timeout_ms,
+            abort_cleanup_interval_ms=self.abort_cleanup_interval_ms,
+        )
 
     def add_partitions(self, name: str, count: int) -> None:
         """CreatePartitions: grow `name` by `count` empty partitions."""
@@ -399,6 +442,7 @@ class MemoryTransport:
         self.topic = topic
         self.clock: Clock = clock or self.broker.clock
         self._producers: dict[str, FencingToken] = {}
+        self._policy = StateTopicPolicy()
 
     async def __aenter__(self) -> MemoryTransport:
         return self
@@ -446,24 +490,13 @@ class MemoryTransport:
         """Follow the state topic's `partition` from `from_offset`."""
         return _MemoryTail(self.broker.partition(self.topic, partition), from_offset)
 
+    async def topic_facts(self) -> TopicFacts:
+        """What the broker says of the state topic and itself."""
+        return self.broker.topic_facts(self.topic)
+
     async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
-        """Refuse a missing, non-compacted or differently partitioned state topic."""
-        topic = self.broker.topics.get(self.topic)
-        if topic is None:
-            raise StateTopicError(f"the state topic {self.topic!r} does not exist: create it")
-        if not topic.compacted:
-            raise StateTopicError(f"the state topic {self.topic!r} must be compacted")
-        if len(topic.partitions) != partitions:
-            raise StateTopicError(
-                f"the state topic {self.topic!r} has {len(topic.partitions)} partitions, "
-                f"configured {partitions}: configure every member with the real count"
-            )
-        if (
-            lease_duration is not None
-            and round(lease_duration * 1000) > self.broker.transaction_max_timeout_ms
-        ):
-            raise StateTopicError("the lease is longer than transaction.max.timeout.ms")
-        return TopicCheck(self.broker.abort_cleanup_interval_ms)
+        """Refuse a state topic or broker the protocol cannot run on (`StateTopicError`)."""
+        return self._policy.check(await self.topic_facts(), partitions, lease_duration)
 
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write a registration record through the plain producer."""

@@ -13,6 +13,7 @@ from typing import Protocol
 from coordination.state import Record
 from coordination.status import LeadershipStatus
 from coordination.token import FencingToken
+from coordination.topic_policy import TopicCheck, TopicFacts
 
 __all__ = [
     "Coordinator",
@@ -23,6 +24,7 @@ __all__ = [
     "Registrar",
     "StateReader",
     "TopicCheck",
+    "TopicFacts",
     "Transport",
 ]
 
@@ -39,19 +41,6 @@ class PartitionRead:
     records: list[Record]
     last_stable_offset: int
     high_watermark: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicCheck:
-    """What a passed topic check learned that the protocol's timing depends on.
-
-    `abort_cleanup_interval_ms` is the brokers' (largest)
-    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``: a
-    transaction that outlived its timeout stays open, hiding its partition's
-    tail from read_committed readers, until the next cleanup pass.
-    """
-
-    abort_cleanup_interval_ms: int
 
 
 class Coordinator(Protocol):
@@ -104,10 +93,15 @@ class StateReader(Protocol):
         """Follow `partition` from `from_offset`."""
         ...
 
+    async def topic_facts(self) -> TopicFacts:
+        """What the cluster says of the state topic and its brokers."""
+        ...
+
     async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse to run on a state topic that would break the protocol.
 
-        Raises `StateTopicError` naming the fix when the topic is missing, not
+        Applies `coordination.topic_policy.StateTopicPolicy` to `topic_facts`:
+        `StateTopicError` naming the fix when the topic is missing, not
         exactly ``cleanup.policy=compact``, has another partition count than
         `partitions`, or the broker's ``transaction.max.timeout.ms`` is below
         `lease_duration` (not checked when None: a reader holds no lease).

@@ -24,6 +24,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# A script of the checkout: its defaults are the checkout's library's, not
+# those of whatever version is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from coordination.defaults import PARTITIONS
+
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
 TOPICS = [sys.executable, str(ROOT / "deploy" / "topics.py")]
@@ -100,7 +105,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--web-port", type=int, default=6066, help="the first worker's port")
     parser.add_argument("--partitions", type=int,
-                        default=int(os.environ.get("COORDINATION_PARTITIONS", "16")))
+                        default=int(os.environ.get("COORDINATION_PARTITIONS", PARTITIONS)))
     args = parser.parse_args()
 
     stop = threading.Event()

@@ -29,13 +29,18 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
-STATE_TOPIC = "__coordination_state"
+# A script of the checkout: its defaults are the checkout's library's, not
+# those of whatever version is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from coordination.defaults import PARTITIONS, STATE_TOPIC
+
 EVENTS_TOPIC = "coordination-leadership-changes"
 DEMO_TOPIC = "coordination-demo-output"
 
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers",
                         default=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--partitions", type=int,
-                        default=int(env.get("COORDINATION_PARTITIONS", "16")))
+                        default=int(env.get("COORDINATION_PARTITIONS", PARTITIONS)))
     parser.add_argument("--replication-factor", type=int,
                         default=int(env.get("COORDINATION_REPLICATION_FACTOR", "1")))
     parser.add_argument("--segment-ms", type=int, default=60_000,

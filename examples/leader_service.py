@@ -31,6 +31,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from coordination import LeaderRunner, Leadership, LeadershipOptions, RunnerObserver
+from coordination.defaults import PARTITIONS, STATE_TOPIC
 from coordination.kafka import KafkaTransport
 
 
@@ -116,9 +117,9 @@ def main() -> int:
     parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
     parser.add_argument("--role", default="example.leader-service")
     parser.add_argument("--member", required=True)
-    parser.add_argument("--topic", default="__coordination_state")
+    parser.add_argument("--topic", default=STATE_TOPIC)
     parser.add_argument("--output", default="example.leader-service.output")
-    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--lease", type=float, default=3.0)
     parser.add_argument("--renew", type=float, default=1.0)
     parser.add_argument("--stagger", type=float, default=0.5)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from coordination import (
+    STATE_TOPIC,
     Clock,
     FencedError,
     FencingToken,
@@ -27,11 +28,12 @@ from coordination import (
     PartitionRead,
     PartitionTail,
     TopicCheck,
+    TopicFacts,
     acquire_leadership,
 )
 from tests.loop import run_ready_callbacks
 
-STATE = "__coordination_state"
+STATE = STATE_TOPIC
 LEASE = 3.0
 RENEW = 1.0
 STAGGER = 0.5
@@ -328,6 +330,9 @@ class FaultyTransport:
 
     async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
         return _FaultyTail(self, await self.inner.tail(partition, from_offset))
+
+    async def topic_facts(self) -> TopicFacts:
+        return await self._call("topic_facts", self.inner.topic_facts)
 
     async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         return await self._call("check_topic", self.inner.check_topic, partitions,

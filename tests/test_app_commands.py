@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.commands import describe_all, describe_one
 from coordination import (
+    STATE_TOPIC,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
@@ -22,7 +23,7 @@ PARTITIONS = 4
 async def test_roles_and_role_describe_the_log():
     clock = ManualClock()
     broker = MemoryBroker(clock=clock)
-    broker.create_topic("__coordination_state", PARTITIONS)
+    broker.create_topic(STATE_TOPIC, PARTITIONS)
     transport = MemoryTransport(broker)
     leadership = await acquire_leadership(transport, "billing", "a", partitions=PARTITIONS,
                                           lease_duration=3, renew_interval=1,

@@ -15,6 +15,7 @@ from app.factory import build
 from app.settings import Settings
 from app.web import BadRequest, _role_name
 from coordination import (
+    STATE_TOPIC,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
@@ -97,7 +98,7 @@ class Worker:
 async def workers():
     clock = ManualClock(NOW)
     broker = MemoryBroker(clock=clock)
-    broker.create_topic("__coordination_state", PARTITIONS)
+    broker.create_topic(STATE_TOPIC, PARTITIONS)
     a, b = Worker("a", clock, broker), Worker("b", clock, broker)
     owners = {a.url: sorted(A_PARTS), b.url: sorted(B_PARTS)}
     async with aiohttp.ClientSession() as session:

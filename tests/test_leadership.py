@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from coordination import (
+    STATE_TOPIC,
     EpochLostError,
     FencedError,
     LeadershipOptions,
@@ -337,7 +338,7 @@ async def test_a_renewal_due_during_a_guarded_transaction_rides_inside_it():
     await cluster.settle()
     await task
     assert leader.lease.granted_at > before
-    records = cluster.broker.partition("__coordination_state", leader.partition).entries
+    records = cluster.broker.partition(STATE_TOPIC, leader.partition).entries
     txn_of_out = cluster.broker.partition("out", 0).entries[0].transaction
     assert any(e.transaction is txn_of_out and e.value for e in records)
 
@@ -448,14 +449,15 @@ async def test_bad_names_are_refused_before_any_io(role, member, message):
 
 async def test_a_wrong_partition_count_stops_start_up():
     cluster = Cluster(partitions=4)
-    with pytest.raises(StateTopicError, match="has 4 partitions, configured 16"):
+    with pytest.raises(StateTopicError,
+                       match="has 4 partitions, but this member is configured with partitions=16"):
         await acquire_leadership(cluster.transport(), "billing", "a", partitions=16)
 
 
 async def test_a_partition_count_changed_while_leading_ends_the_tenure():
     cluster = Cluster(partitions=4)
     leader = await lead(cluster, "a")
-    cluster.broker.add_partitions("__coordination_state", 1)
+    cluster.broker.add_partitions(STATE_TOPIC, 1)
     await cluster.until(leader.done.done, within=61)
     assert isinstance(leader.err, StateTopicError)
 

@@ -13,12 +13,13 @@ from coordination.kafka.aiokafka_internals import AIOKAFKA
 # Before any module of the adapter touches aiokafka's internals.
 AIOKAFKA.require(aiokafka.__version__)
 
+from coordination.defaults import STATE_TOPIC  # noqa: E402
 from coordination.kafka.errors import (  # noqa: E402
     KafkaTransportError,
     KafkaUnavailableError,
     ProducerFatalError,
 )
-from coordination.kafka.transport import STATE_TOPIC, KafkaTransport  # noqa: E402
+from coordination.kafka.transport import KafkaTransport  # noqa: E402
 
 __all__ = [
     "STATE_TOPIC",

@@ -1,8 +1,8 @@
 """`KafkaTransport`: the four transport protocols on a real Kafka cluster.
 
 What it relies on of Kafka (docs/design.md#the-safety-argument and
-docs/design.md#the-kafka-adapter; each is proven by
-``tests/test_kafka_transport.py`` on Kafka 4.4.0):
+docs/design.md#the-kafka-adapter; each is proven by the ``[kafka]`` half of
+``tests/test_transport_contract.py`` on Kafka 4.4.0):
 
 * **InitProducerId mints the leadership epoch.** Starting an aiokafka producer
   with ``transactional.id = role`` sends it; the coordinator bumps the role's
@@ -57,6 +57,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.defaults import STATE_TOPIC
 from coordination.errors import FencedError
 from coordination.kafka.admin import TopicChecker
 from coordination.kafka.coordinators import TransactionCoordinators
@@ -80,9 +81,10 @@ from coordination.kafka.reader import PartitionReader
 from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
+from coordination.topic_policy import StateTopicPolicy, TopicFacts, require_topic
 from coordination.transport import PartitionRead, TopicCheck
 
-__all__ = ["STATE_TOPIC", "KafkaTransport"]
+__all__ = ["KafkaTransport"]
 
 ROLE_PRODUCER_DEFAULTS = {
     # Right after a transaction ends the coordinator briefly answers
@@ -92,8 +94,6 @@ ROLE_PRODUCER_DEFAULTS = {
 }
 
 log = logging.getLogger("coordination.kafka")
-
-STATE_TOPIC = "__coordination_state"
 
 
 class KafkaTransport:
@@ -130,6 +130,7 @@ class KafkaTransport:
         self._timeout = operation_timeout
         self._checker = TopicChecker(self._options, topic, timeout=operation_timeout,
                                      servers=self.servers, cache_seconds=check_cache_seconds)
+        self._policy = StateTopicPolicy()
         self._coordinators = TransactionCoordinators(self._options, timeout=operation_timeout,
                                                      servers=self.servers)
         self._reader = PartitionReader(lambda: self._new_consumer(0), topic,
@@ -258,12 +259,16 @@ class KafkaTransport:
         self._check_open()
         return await self._hub.follow(partition, from_offset)
 
+    async def topic_facts(self) -> TopicFacts:
+        """What the cluster says of the state topic and its brokers (cached)."""
+        self._check_open()
+        return await self._checker.facts()
+
     async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse a state topic or broker the protocol cannot run on (`StateTopicError`)."""
-        self._check_open()
-        facts = await self._checker.check(partitions, lease_duration)
+        check = self._policy.check(await self.topic_facts(), partitions, lease_duration)
         self._topic_seen = True
-        return TopicCheck(facts.abort_cleanup_interval_ms)
+        return check
 
     # Registrar.
 
@@ -397,7 +402,7 @@ class KafkaTransport:
     async def _require_topic(self) -> None:
         """The topic exists (once per transport): no client may auto-create it."""
         if not self._topic_seen:
-            await self._checker.facts()
+            require_topic(await self._checker.facts())
             self._topic_seen = True
 
     async def _new_consumer(self, fetch_max_wait_ms: int) -> Any:

@@ -1,0 +1,35 @@
+"""The library's defaults: the one place each is written.
+
+Every member of a group must agree on the state topic and its partition
+count, so a default that two modules spelled separately could drift apart
+and split a role across two topics or partitions. Everything else (the
+options' dataclass, the worker's settings, the command line, the deploy
+scripts) imports these.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "CHALLENGE_STAGGER",
+    "LEASE_DURATION",
+    "PARTITIONS",
+    "RENEW_INTERVAL",
+    "STATE_TOPIC",
+]
+
+STATE_TOPIC: Final = "__coordination_state"
+"""The compacted topic that holds every role's registrations and leases."""
+
+PARTITIONS: Final = 16
+"""The state topic's partition count."""
+
+LEASE_DURATION: Final = 30.0
+"""Seconds a lease lasts after its record is written."""
+
+RENEW_INTERVAL: Final = 10.0
+"""Seconds between a leader's lease renewals."""
+
+CHALLENGE_STAGGER: Final = 5.0
+"""Seconds between successive standbys' challenges of a lapsed lease."""
