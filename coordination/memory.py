@@ -25,6 +25,7 @@ keeps the offsets of the records it retains.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -442,6 +443,7 @@ class MemoryTransport:
         self.topic = topic
         self.clock: Clock = clock or self.broker.clock
         self._producers: dict[str, FencingToken] = {}
+        self._open: dict[str, _Transaction] = {}  # each producer's latest transaction
         self._policy = StateTopicPolicy()
 
     async def __aenter__(self) -> MemoryTransport:
@@ -514,13 +516,25 @@ class MemoryTransport:
         return offset
 
     async def begin_transaction(self, role: str, token: FencingToken) -> _MemoryTransaction:
-        """Open a transaction on `role`'s producer, which must hold `token`."""
+        """Open a transaction on `role`'s producer, which must hold `token`.
+
+        A transaction of this producer still open was given up by its caller
+        (cut off at the end of a tenure, with no abort sent): it is aborted
+        first, as `KafkaTransport`'s producer settles it.
+        """
         self._holding(role, token)
-        return _MemoryTransaction(self, self.broker.begin(role, token))
+        given_up = self._open.get(role)
+        if given_up is not None and given_up.state == "Ongoing":
+            with contextlib.suppress(FencedError):  # the coordinator aborted it already
+                self.broker.end(given_up, commit=False)
+        transaction = self.broker.begin(role, token)
+        self._open[role] = transaction
+        return _MemoryTransaction(self, transaction)
 
     async def release(self, role: str, token: FencingToken) -> None:
         """Forget `role`'s producer, as closing it does; it must hold `token`."""
         self._holding(role, token)
+        self._open.pop(role, None)  # the coordinator aborts what it left open
         del self._producers[role]
 
     def _holding(self, role: str, token: FencingToken) -> None:

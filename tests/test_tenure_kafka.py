@@ -155,6 +155,32 @@ async def test_a_resign_never_fences_a_successor_that_opens_a_transaction_at_onc
         await successor.resign()
 
 
+async def test_a_resign_after_a_transaction_was_cut_off_at_the_fence_deadline_clears_the_lease(
+        kafka_bootstrap):
+    """The function held a guarded transaction open past the fence deadline, so
+    the tenure ended with no abort sent; the resignation still aborts it and
+    commits the tombstone (the producer refused to begin it before)."""
+    state, output = await create_state_and_output_topics(kafka_bootstrap, OPTIONS.partitions)
+    name = f"test.cut-off-{uuid.uuid4().hex[:8]}"
+    async with KafkaTransport(kafka_bootstrap, topic=state) as transport:
+        leadership = await acquire_leadership(transport, name, "a", options=OPTIONS)
+
+        async def hold_a_transaction_open() -> None:
+            async with leadership.transaction() as txn:
+                await txn.send(output, b"cut off", partition=0)
+                await asyncio.Event().wait()
+
+        holding = asyncio.ensure_future(hold_a_transaction_open())
+        await asyncio.wait_for(asyncio.shield(leadership.done), OPTIONS.lease_duration * 2)
+        holding.cancel()
+        await asyncio.gather(holding, return_exceptions=True)
+        await leadership.resign()
+        role_state = await describe_role_state(transport, name, OPTIONS.partitions)
+        assert role_state.lease is None
+        assert transport._producers == {}
+    assert await committed_values(kafka_bootstrap, output) == []
+
+
 class CancellingTransport(KafkaTransport):
     """Cancels the calling task at one chosen point of a challenge.
 

@@ -360,6 +360,32 @@ async def test_a_resign_never_fences_a_successor_that_starts_once_the_lease_is_c
     assert not status.authoritative(leadership.token)
 
 
+# A resignation after the fence deadline still clears the lease.
+
+
+async def test_a_resign_after_a_transaction_was_cut_off_at_the_fence_deadline_clears_the_lease():
+    """The function held a guarded transaction open past the fence deadline
+    (its renewal waited for it), so the tenure ended and no abort was sent;
+    the resignation aborts that transaction and still writes the tombstone,
+    so a standby need not wait for the lease to lapse."""
+    cluster = Cluster()
+    leadership = await lead(cluster, "a")
+
+    async def hold_a_transaction_open() -> None:
+        async with leadership.transaction() as txn:
+            await txn.send("out", b"cut off", partition=0)
+            await asyncio.Event().wait()
+
+    holding = asyncio.ensure_future(hold_a_transaction_open())
+    await cluster.until(leadership.done.done, within=LEASE)
+    holding.cancel()
+    await asyncio.gather(holding, return_exceptions=True)
+    await leadership.resign()
+    state = await describe_role_state(cluster.transport(), ROLE, cluster.partitions)
+    assert state.lease is None
+    assert cluster.out_values() == []
+
+
 # A late call of an old tenure cannot touch a newer tenure on the same transport.
 
 

@@ -80,10 +80,18 @@ class RoleProducer:
         self._open: KafkaGuardedTransaction | None = None
 
     async def begin(self) -> KafkaGuardedTransaction:
-        """Open a transaction; one at a time per producer."""
+        """Open a transaction; one at a time per producer.
+
+        A transaction still open here was given up by its caller: the
+        leadership serialises a tenure's transactions, and it sends no abort
+        for a transaction cut off at the end of the tenure. `_settle` aborts
+        it, so the hand-back can still clear the lease.
+        """
         self._raise_if_retired()
         if self._open is not None and not self._open.finished:
-            raise RuntimeError(f"{self.role}: a transaction is already open")
+            log.info("%s: a transaction of %s was given up open; aborting it", self.role,
+                     self.token)
+            self._open.abandon()
         await self._settle()
         self.producer._txn_manager.begin_transaction()
         self._open = KafkaGuardedTransaction(self)
