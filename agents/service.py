@@ -1,15 +1,25 @@
 """The worker's role service: one coordination transport and a runner per role.
 
-Started with the app's own services, before table recovery, and stopped with
-the app, so a clean worker shutdown (SIGTERM, Ctrl-C) resigns every role this
-worker holds before the process exits. The candidates need nothing of the
-tables: the library follows the state topic itself. Faust starts services
-declared with ``app.service`` only after the first table recovery (at least
-10 s under exactly_once, docs/app.md), which kept a restarted worker off the
-roster that long, so a rolling restart waited for it at every step. The
-transport connects in the background and is retried: a broker that is down
-at start-up delays the candidates, it does not crash the worker (the fold and
-the web view keep working).
+Started with the app's own services and stopped with the app, so a clean
+worker shutdown (SIGTERM, Ctrl-C) resigns every role this worker holds
+before the process exits.
+
+When the candidates stand: once the worker's first partition assignment is
+in place (Faust has started its transactional producers and opened the
+tables of its partitions), not after the table recovery that follows. The
+candidates need nothing of the tables: the library follows the state topic
+itself. Faust starts services declared with ``app.service`` only after the
+first recovery (at least 10 s under exactly_once, docs/app.md), which kept a
+restarted worker off the roster that long, so a rolling restart waited for
+it at every step. Standing before the assignment is worse: opening the
+stores blocks the event loop for seconds, and a role taken then could miss
+a short lease (seen with 3 s leases in rolling restarts). Without an
+assignment within `ASSIGNMENT_WAIT` seconds (a group that cannot form), the
+candidates stand anyway: the roles do not depend on Faust's group.
+
+The transport connects in the background and is retried: a broker that is
+down at start-up delays the candidates, it does not crash the worker (the
+fold and the web view keep working).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ __all__ = ["install"]
 log = logging.getLogger("agents.service")
 
 CONNECT_RETRY = 2.0
+ASSIGNMENT_WAIT = 30.0
 
 
 class RoleService(Service):
@@ -41,7 +52,13 @@ class RoleService(Service):
         self._stack = AsyncExitStack()
         self._connecting: asyncio.Task[None] | None = None
         self._resigned = False
+        self._assigned = asyncio.Event()
         super().__init__(**kwargs)
+        ctx.app.on_partitions_assigned.connect(self._on_partitions_assigned)
+
+    async def _on_partitions_assigned(self, sender: Any, /, *args: Any, signal: Any,
+                                      **kwargs: Any) -> None:
+        self._assigned.set()
 
     async def on_start(self) -> None:
         self._connecting = asyncio.create_task(self._connect_and_run())
@@ -52,6 +69,11 @@ class RoleService(Service):
 
     async def _connect_and_run(self) -> None:
         ctx = self.ctx
+        try:
+            await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_WAIT)
+        except TimeoutError:
+            log.warning("no partition assignment within %.0f s; standing for the roles anyway",
+                        ASSIGNMENT_WAIT)
         while True:
             try:
                 transport = await self._stack.enter_async_context(ctx.transport_factory())

@@ -305,7 +305,7 @@ class _SimObserver(RunnerObserver):
     def campaign_failed(self, role: str, error: BaseException) -> None:
         if not isinstance(error, ProcessCrashed):
             self.sim.report.errors.append(
-                f"{self.process}: acquire_leadership({role}) raised {error!r}")
+                f"{self.process}: campaigning for {role} raised {error!r}")
 
 
 def _producer_ids(kind: str, rng: random.Random) -> Iterator[int]:
