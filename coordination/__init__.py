@@ -54,6 +54,7 @@ from coordination.errors import (
     InvalidStateError,
     OutcomeUnknownError,
     StateTopicError,
+    TransportError,
 )
 from coordination.evaluate import Step, evaluate
 from coordination.fold import RoleFold, build_role_state
@@ -166,6 +167,7 @@ __all__ = [
     "TopicCheck",
     "TopicFacts",
     "Transport",
+    "TransportError",
     "acquire_leadership",
     "build_role_state",
     "decode_key",

@@ -31,11 +31,12 @@ from typing import Any, TypeVar
 from coordination import defaults
 from coordination.clock import Clock, SystemClock
 from coordination.errors import (
+    CoordinationError,
     EpochLostError,
     FencedError,
     InvalidStateError,
     OutcomeUnknownError,
-    StateTopicError,
+    retryable,
 )
 from coordination.evaluate import challenger_index, evaluate, stagger_ms
 from coordination.follower import PartitionFollower
@@ -679,8 +680,10 @@ class Leadership:
         exit when the epoch moved on or the fence deadline passed (then
         nothing sent becomes visible). A commit still unanswered at the fence
         deadline plus the fence margin raises `OutcomeUnknownError`: it may
-        yet commit. Keep it short: the coordinator aborts a transaction open
-        longer than the lease, which fences this leader.
+        yet commit. An error of the transport's begin or commit other than a
+        `TransportError` ends the tenure too (a bug is not an outage). Keep
+        it short: the coordinator aborts a transaction open longer than the
+        lease, which fences this leader.
         """
         self._check_open()
         # Waiting here is bounded by the holder: a renewal or a transaction, each
@@ -691,8 +694,9 @@ class Leadership:
             self._check_open()
             try:
                 txn = await self._begin()
-            except (FencedError, EpochLostError) as exc:
-                self._end(exc)
+            except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
                 raise
             try:
                 yield GuardedWriter(self, txn)
@@ -802,8 +806,9 @@ class Leadership:
             await self._commit_within_tenure(txn)
         except OutcomeUnknownError:
             raise  # the commit is in flight: there is nothing left to abort
-        except (FencedError, EpochLostError) as exc:
-            self._end(exc)
+        except Exception as exc:
+            if not retryable(exc):
+                self._end(exc)  # fenced, out of time, or a bug of the transport
             await self._abort_quietly(txn)
             raise
         except BaseException:
@@ -852,8 +857,13 @@ class Leadership:
             return
         try:
             await self._bounded(txn.abort())
-        except Exception as exc:  # the tenure may be over already; the abort is best effort
+        except CoordinationError as exc:  # the tenure may be over already: best effort
             log.debug("%s: abort after a failed transaction: %r", self.role, exc)
+        except Exception as exc:
+            # A bug of the transport: the transaction may still be open, hiding
+            # the partition's tail. End the tenure; the caller's error goes on.
+            log.error("%s: aborting a failed transaction raised %r", self.role, exc)
+            self._end(exc)
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
         """Await `awaitable`, but raise `FencedError` once the tenure ends."""
@@ -904,9 +914,12 @@ class Leadership:
             await self._renew()
 
     async def _renew(self) -> None:
-        """Write the next lease record, retrying until the fence deadline.
+        """Write the next lease record, retrying a `TransportError` until the
+        fence deadline.
 
-        A renewal due while a guarded transaction is open rides inside it.
+        A renewal due while a guarded transaction is open rides inside it. Any
+        other error ends the tenure at once with it in `err`: a bug in a
+        transport is not an outage to wait out.
         """
         due = self._clock.monotonic_ms()
         self._renewal_due = True
@@ -922,10 +935,10 @@ class Leadership:
                     )
                     self._renewed(lease, sent)
                     return
-            except (FencedError, EpochLostError) as exc:
-                self._end(exc)
-                return
             except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
+                    return
                 log.warning("%s: renewal failed, retrying until the fence deadline: %r",
                             self.role, exc)
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
@@ -944,7 +957,9 @@ class Leadership:
         """Re-check the state topic while leading; a changed partition count ends the tenure.
 
         Another partition count would send new members of this role to
-        another partition, splitting its order: stop and tell the operator.
+        another partition, splitting its order: stop and tell the operator. A
+        `TransportError` only postpones the check; any other error ends the
+        tenure.
         """
         while not self.done.done():
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
@@ -953,9 +968,10 @@ class Leadership:
                 await self._transport.check_topic(
                     self.options.partitions, self.options.lease_duration
                 )
-            except StateTopicError as exc:
-                self._end(exc)
             except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
+                    return
                 log.warning("%s: could not re-check the state topic: %r", self.role, exc)
 
     async def _stop_tasks(self) -> None:

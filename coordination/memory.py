@@ -32,7 +32,7 @@ from typing import Literal
 
 from coordination.clock import Clock, SystemClock
 from coordination.defaults import STATE_TOPIC
-from coordination.errors import FencedError
+from coordination.errors import FencedError, InvalidStateError, StateTopicError, TransportError
 from coordination.partition import murmur2, to_positive
 from coordination.state import Record
 from coordination.status import LeadershipStatus
@@ -207,23 +207,44 @@ class MemoryBroker:
         self.topics[name].partitions.extend(_Partition() for _ in range(count))
 
     def partition(self, topic: str, partition: int) -> _Partition:
-        """The log of one partition; a missing topic or partition is a `KeyError`."""
+        """The log of one partition.
+
+        A missing topic or partition is a `TransportError`, as Kafka answers
+        UNKNOWN_TOPIC_OR_PARTITION (a retriable error) to a request for it.
+        """
         try:
             return self.topics[topic].partitions[partition]
         except (KeyError, IndexError):
-            raise KeyError(f"no partition {topic}-{partition}") from None
+            raise TransportError(
+                f"no partition {topic}-{partition} (UNKNOWN_TOPIC_OR_PARTITION)") from None
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has; a missing topic is a `TransportError`."""
+        if topic not in self.topics:
+            raise TransportError(f"no topic {topic!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+        return len(self.topics[topic].partitions)
 
     # The transaction coordinator.
 
     def init_producer_id(
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
     ) -> FencingToken:
-        """InitProducerId: mint the role's next token, fencing the previous one."""
+        """InitProducerId: mint the role's next token, fencing the previous one.
+
+        A timeout that is not positive is a caller's bug (`ValueError`); one
+        over ``transaction.max.timeout.ms`` is the broker's configuration
+        (INVALID_TRANSACTION_TIMEOUT, a `StateTopicError`, as from
+        `KafkaTransport`).
+        """
         timeout_ms = round(transaction_timeout * 1000)
-        if not 0 < timeout_ms <= self.transaction_max_timeout_ms:
-            raise ValueError(
-                f"transaction timeout {timeout_ms} ms is outside (0, "
-                f"{self.transaction_max_timeout_ms}] ms (INVALID_TRANSACTION_TIMEOUT)"
+        if not timeout_ms > 0:
+            raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+        if timeout_ms > self.transaction_max_timeout_ms:
+            raise StateTopicError(
+                f"InitProducerId for role {role!r}: the transaction timeout {timeout_ms} ms "
+                f"exceeds transaction.max.timeout.ms ({self.transaction_max_timeout_ms} ms, "
+                "INVALID_TRANSACTION_TIMEOUT): shorten the lease or raise "
+                "transaction.max.timeout.ms on every broker"
             )
         self.expire_transactions()
         entry = self._ids.get(role)
@@ -308,7 +329,7 @@ class MemoryBroker:
         """Open a transaction for `role` under `token`."""
         entry = self._current(role, token)
         if entry.open is not None:
-            raise RuntimeError(f"{role}: a transaction is already open")
+            raise InvalidStateError(f"{role}: a transaction is already open")
         entry.open = _Transaction(role, token, self.clock.now_ms(), entry.timeout_ms)
         entry.state = "Ongoing"
         return entry.open
@@ -393,6 +414,7 @@ class _MemoryTransaction:
     def __init__(self, client: MemoryTransport, transaction: _Transaction) -> None:
         self._client = client
         self._txn = transaction
+        self.finished = False
 
     async def send(
         self,
@@ -401,25 +423,37 @@ class _MemoryTransaction:
         key: bytes | None = None,
         partition: int | None = None,
     ) -> None:
+        self._check_open()
         await _round_trip()
         broker = self._client.broker
         if partition is None:
-            count = len(broker.topics[topic].partitions)
+            count = broker.partition_count(topic)
             partition = to_positive(murmur2(key)) % count if key else 0
         broker.produce(topic, partition, key, value, self._client.clock.now_ms(), self._txn)
 
     async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        self._check_open()
         await _round_trip()
         return self._client.broker.produce(
             self._client.topic, partition, key, value, self._client.clock.now_ms(), self._txn
         )
 
     async def commit(self) -> None:
+        self._check_open()
+        self.finished = True
         await _round_trip()
         self._client.broker.end(self._txn, commit=True)
 
     async def abort(self) -> None:
+        """Abort; a no-op once the transaction ended, as on `KafkaTransport`."""
+        if self.finished:
+            return
+        self.finished = True
         self._client.broker.end(self._txn, commit=False)
+
+    def _check_open(self) -> None:
+        if self.finished:
+            raise InvalidStateError(f"{self._txn.role}: the transaction has already ended")
 
 
 class MemoryTransport:

@@ -29,6 +29,7 @@ from coordination import (
     PartitionTail,
     TopicCheck,
     TopicFacts,
+    TransportError,
     acquire_leadership,
 )
 from tests.loop import run_ready_callbacks
@@ -235,7 +236,7 @@ class MemberClock:
             changed.set_result(None)
 
 
-class ProcessCrashed(ConnectionError):
+class ProcessCrashed(TransportError):
     """A call of a process that has crashed: nothing reaches the broker."""
 
 

@@ -16,6 +16,7 @@ from coordination import (
     LeadershipOptions,
     MemoryBroker,
     MemoryTransport,
+    TransportError,
     describe_leadership,
     describe_role_state,
 )
@@ -57,7 +58,7 @@ class CutTransport(MemoryTransport):
 
     def _check(self) -> None:
         if self.cut:
-            raise ConnectionError("broker unreachable")
+            raise TransportError("broker unreachable")
 
     async def write_lease(self, role, token, partition, key, value):
         self._check()

@@ -15,6 +15,7 @@ from coordination import (
     LeadershipOptions,
     MemoryTransport,
     StateTopicError,
+    TransportError,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
@@ -273,7 +274,7 @@ class FlakyTransport(MemoryTransport):
 
     async def write_lease(self, role, token, partition, key, value):
         if self.down:
-            raise ConnectionError("broker unreachable")
+            raise TransportError("broker unreachable")
         return await super().write_lease(role, token, partition, key, value)
 
 

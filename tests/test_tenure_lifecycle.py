@@ -27,6 +27,7 @@ from coordination import (
     MemoryTransport,
     OutcomeUnknownError,
     TenureState,
+    TransportError,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
@@ -195,7 +196,7 @@ class CutTransport(MemoryTransport):
 
     async def write_lease(self, role, token, partition, key, value):
         if self.cut:
-            raise ConnectionError("broker unreachable")
+            raise TransportError("broker unreachable")
         return await super().write_lease(role, token, partition, key, value)
 
 
@@ -475,7 +476,7 @@ class FailingTransport(MemoryTransport):
 
     def _maybe_fail(self, name: str) -> None:
         if name in self.failing:
-            raise ConnectionError(f"{name}: broker unreachable")
+            raise TransportError(f"{name}: broker unreachable")
 
     async def write_lease(self, role, token, partition, key, value):
         if value is None:
@@ -503,7 +504,7 @@ async def test_resign_keeps_the_error_it_met_and_always_closes_the_producer(fail
     transport = FailingTransport(cluster.broker, failing)
     leadership = await lead(cluster, "a", transport=transport)
     await leadership.resign()
-    assert isinstance(leadership.err, ConnectionError)
+    assert isinstance(leadership.err, TransportError)
     assert failing in str(leadership.err)
     assert len(transport.released) == 1  # under the bumped epoch, unless the bump failed
     assert transport._producers == {}

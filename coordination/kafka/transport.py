@@ -58,7 +58,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
 from coordination.defaults import STATE_TOPIC
-from coordination.errors import FencedError
+from coordination.errors import FencedError, InvalidStateError, StateTopicError
 from coordination.kafka.admin import TopicChecker
 from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
@@ -213,9 +213,10 @@ class KafkaTransport:
             except BaseException as exc:
                 await stop_producer(producer)
                 if isinstance(exc, _errors.InvalidTransactionTimeout):
-                    raise KafkaTransportError(
+                    raise StateTopicError(
                         f"InitProducerId for role {role!r}: the transaction timeout "
-                        f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+                        f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms: "
+                        "shorten the lease or raise transaction.max.timeout.ms on every broker"
                     ) from exc
                 if isinstance(exc, _errors.KafkaError):
                     raise KafkaTransportError(
@@ -340,7 +341,7 @@ class KafkaTransport:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("the KafkaTransport is closed")
+            raise InvalidStateError("the KafkaTransport is closed")
 
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())
@@ -378,9 +379,10 @@ class KafkaTransport:
             role, timeout_ms, current.producer_id, current.producer_epoch
         )
         if result.error_code == INVALID_TRANSACTION_TIMEOUT:
-            raise KafkaTransportError(
+            raise StateTopicError(
                 f"conditional InitProducerId for role {role!r}: the transaction timeout "
-                f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+                f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms: "
+                "shorten the lease or raise transaction.max.timeout.ms on every broker"
             )
         if result.error_code not in FENCE_ERROR_CODES and result.error_code != NO_ERROR:
             raise KafkaTransportError(
