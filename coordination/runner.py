@@ -39,11 +39,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordination.candidate import acquire_leadership
 from coordination.clock import Clock, SystemClock
 from coordination.errors import CoordinationError, InvalidStateError
-from coordination.leadership import Leadership, LeadershipOptions, acquire_leadership
+from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
 from coordination.records import encode_key, registration_key
+from coordination.tenure import Leadership
 from coordination.transport import Transport
 
 __all__ = ["LeaderRunner", "RoleFunction", "RunnerObserver", "RunnerState", "TenureStop"]

@@ -35,7 +35,7 @@ from coordination import (
 )
 from coordination.kafka.fenced import RoleProducer
 from coordination.kafka.tail import KafkaTail
-from coordination.leadership import TOPIC_RECHECK_MS
+from coordination.tenure import TOPIC_RECHECK_MS
 from tests.sim import LEASE, RENEW, STAGGER, STATE, Cluster
 
 ROLE = "billing"

@@ -417,7 +417,7 @@ STEP_BACK_MS = 10_000
 # timeout (the lease) and ends the tenure through the lost producer at least
 # 1 s after the fence deadline, so only the deadline itself meets this bound.
 STEPPED_SLACK_MS = 500
-# How the fence deadline ends a tenure (coordination/leadership.py).
+# How the fence deadline ends a tenure (coordination/tenure.py).
 OWN_DEADLINE = "could not be renewed before the fence deadline"
 
 
