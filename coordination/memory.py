@@ -25,6 +25,7 @@ keeps the offsets of the records it retains.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -441,7 +442,13 @@ class _MemoryTransaction:
     async def commit(self) -> None:
         self._check_open()
         self.finished = True
-        await _round_trip()
+        try:
+            await _round_trip()
+        except asyncio.CancelledError:
+            # Cancelled before it reached the broker: the transaction is still
+            # open, and the producer's next transaction aborts it first.
+            self._client._abandoned[self._txn.role] = self._txn
+            raise
         self._client.broker.end(self._txn, commit=True)
 
     async def abort(self) -> None:
@@ -450,6 +457,13 @@ class _MemoryTransaction:
             return
         self.finished = True
         self._client.broker.end(self._txn, commit=False)
+
+    def abandon(self) -> None:
+        """Give the transaction up; it stays open until the producer's next
+        transaction or conditional bump aborts it, or it times out."""
+        if not self.finished:
+            self.finished = True
+            self._client._abandoned[self._txn.role] = self._txn
 
     def _check_open(self) -> None:
         if self.finished:
@@ -477,12 +491,14 @@ class MemoryTransport:
         self.clock: Clock = clock or self.broker.clock
         self._producers: dict[str, FencingToken] = {}
         self._policy = StateTopicPolicy()
+        self._abandoned: dict[str, _Transaction] = {}
 
     async def __aenter__(self) -> MemoryTransport:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._producers.clear()
+        self._abandoned.clear()
 
     async def acquire_epoch(
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
@@ -490,6 +506,8 @@ class MemoryTransport:
         """InitProducerId on the broker's coordinator; keeps the producer it binds."""
         await _round_trip()
         holding = current is not None and self._producers.get(role) == current
+        if holding:
+            self._settle(role)  # as KafkaTransport settles the producer before the bump
         try:
             token = self.broker.init_producer_id(role, transaction_timeout, current)
         except FencedError:
@@ -500,6 +518,8 @@ class MemoryTransport:
             # A conditional bump moves the producer that held `current` to the
             # new epoch, as `KafkaTransport` does.
             self._producers[role] = token
+        if current is None:
+            self._abandoned.pop(role, None)  # a new producer; InitProducerId aborted it
         try:
             await _round_trip()
         except asyncio.CancelledError:
@@ -537,25 +557,30 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.produce(self.topic, partition, key, value, self.clock.now_ms())
 
-    async def write_lease(
-        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
-    ) -> int:
-        """Commit one lease record in its own transaction of the role's producer."""
-        await _round_trip()
-        txn = await self.begin_transaction(role, token)
-        offset = await txn.write_lease(partition, key, value)
-        await txn.commit()
-        return offset
-
     async def begin_transaction(self, role: str, token: FencingToken) -> _MemoryTransaction:
-        """Open a transaction on `role`'s producer, which must hold `token`."""
+        """Open a transaction on `role`'s producer, which must hold `token`.
+
+        A transaction of the producer that was abandoned is aborted first, as
+        `KafkaTransport` settles it.
+        """
         self._holding(role, token)
+        self._settle(role)
         return _MemoryTransaction(self, self.broker.begin(role, token))
 
     async def release(self, role: str, token: FencingToken) -> None:
         """Forget `role`'s producer, as closing it does; it must hold `token`."""
         self._holding(role, token)
         del self._producers[role]
+        # Closing a producer does not abort its transaction: the coordinator
+        # does at its timeout, as on Kafka.
+        self._abandoned.pop(role, None)
+
+    def _settle(self, role: str) -> None:
+        """Abort the role producer's abandoned transaction, if still open."""
+        txn = self._abandoned.pop(role, None)
+        if txn is not None and txn.state == "Ongoing":
+            with contextlib.suppress(FencedError):  # the coordinator aborted it already
+                self.broker.end(txn, commit=False)
 
     def _holding(self, role: str, token: FencingToken) -> None:
         held = self._producers.get(role)

@@ -27,7 +27,7 @@ from coordination.errors import (
     OutcomeUnknownError,
     retryable,
 )
-from coordination.guarded import _IN_TRANSACTION, GuardedWriter
+from coordination.guarded import _IN_TRANSACTION, GuardedWriter, commit_lease
 from coordination.options import LeadershipOptions
 from coordination.records import (
     Lease,
@@ -103,8 +103,8 @@ async def _hand_back(
             if tombstone and not superseded:
                 try:
                     with contextlib.suppress(FencedError):
-                        await transport.write_lease(role, held, partition,
-                                                    encode_key(lease_key(role)), None)
+                        await commit_lease(transport, role, held, partition,
+                                           encode_key(lease_key(role)), None)
                 except Exception as exc:
                     errors.append(exc)
         finally:
@@ -514,8 +514,9 @@ class Leadership:
                         return
                     lease = self._next_lease()
                     sent = self._clock.monotonic_ms()
-                    await self._transport.write_lease(
-                        self.role, self.token, self.partition, self._key, encode_lease(lease)
+                    await commit_lease(
+                        self._transport, self.role, self.token, self.partition, self._key,
+                        encode_lease(lease),
                     )
                     self._renewed(lease, sent)
                     return

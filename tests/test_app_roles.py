@@ -60,9 +60,9 @@ class CutTransport(MemoryTransport):
         if self.cut:
             raise TransportError("broker unreachable")
 
-    async def write_lease(self, role, token, partition, key, value):
+    async def begin_transaction(self, role, token):
         self._check()
-        return await super().write_lease(role, token, partition, key, value)
+        return await super().begin_transaction(role, token)
 
     async def append(self, partition, key, value):
         self._check()

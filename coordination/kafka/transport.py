@@ -187,8 +187,8 @@ class KafkaTransport:
         """InitProducerId for ``transactional.id = role``.
 
         Without `current`: starts the role's transactional producer (closing
-        any previous one of this transport), keeps it for `write_lease` and
-        guarded transactions, and returns the token it was minted. With
+        any previous one of this transport), keeps it for the role's
+        transactions, and returns the token it was minted. With
         `current`: the conditional bump (KIP-360) over the raw client; it
         returns the new token and raises `FencedError` if `current` was no
         longer the role's token. A producer of this transport that held
@@ -295,26 +295,6 @@ class KafkaTransport:
         return int(metadata.offset)
 
     # LeaseWriter.
-
-    async def write_lease(
-        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
-    ) -> int:
-        """Commit one lease record in its own transaction of the role's producer."""
-        txn = await self.begin_transaction(role, token)
-        try:
-            offset = await txn.write_lease(partition, key, value)
-            await txn.commit()
-        except asyncio.CancelledError:
-            txn.abandon()  # no waiting while cancelled: the next begin settles it
-            raise
-        except BaseException:
-            if not txn.finished:
-                try:
-                    await txn.abort()
-                except Exception as exc:
-                    log.debug("aborting a failed lease write: %r", exc)
-            raise
-        return offset
 
     async def begin_transaction(self, role: str, token: FencingToken) -> KafkaGuardedTransaction:
         """Open a transaction on `role`'s fenced producer, which must hold `token`."""
