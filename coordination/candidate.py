@@ -19,7 +19,7 @@ from coordination.clock import Clock, SystemClock
 from coordination.errors import FencedError
 from coordination.evaluate import challenger_index, evaluate
 from coordination.follower import PartitionFollower
-from coordination.options import LeadershipOptions, _check_name, resolve_options
+from coordination.options import LeadershipOptions, check_name, resolve_options
 from coordination.partition import role_partition
 from coordination.records import (
     Lease,
@@ -31,7 +31,7 @@ from coordination.records import (
     registration_key,
 )
 from coordination.state import RoleState
-from coordination.tenure import Leadership, _hand_back
+from coordination.tenure import Leadership, hand_back
 from coordination.token import FencingToken
 from coordination.transport import Transport
 
@@ -67,8 +67,8 @@ async def acquire_leadership(
     is left live and no producer open, and no `Leadership` exists that
     nobody holds.
     """
-    _check_name("role", role)
-    _check_name("member", member)
+    check_name("role", role)
+    check_name("member", member)
     options = resolve_options(options, partitions, lease_duration, renew_interval,
                               challenge_stagger)
     check = await transport.check_topic(options.partitions, options.lease_duration)
@@ -189,7 +189,7 @@ class _Candidate:
                 raise asyncio.CancelledError
         except BaseException:
             fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
-            await _hand_back(self.transport, self.role, token, self.partition,
+            await hand_back(self.transport, self.role, token, self.partition,
                              self.options.lease_duration, tombstone=began,
                              retire_epoch=self.clock.monotonic_ms() < fence_deadline)
             raise

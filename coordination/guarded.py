@@ -19,13 +19,13 @@ from coordination.transport import GuardedTransaction, LeaseWriter
 if TYPE_CHECKING:
     from coordination.tenure import Leadership
 
-__all__ = ["GuardedWriter", "commit_lease"]
+__all__ = ["IN_TRANSACTION", "GuardedWriter", "commit_lease"]
 
 log = logging.getLogger("coordination.leadership")
 
 # The tenure whose transaction() body the current task runs in (resign from
 # there would wait for its own transaction).
-_IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
+IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
     "coordination_in_transaction", default=None
 )
 

@@ -12,7 +12,7 @@ from coordination import defaults
 from coordination.evaluate import stagger_ms
 from coordination.records import MAX_STRING_BYTES
 
-__all__ = ["LeadershipOptions", "resolve_options"]
+__all__ = ["LeadershipOptions", "check_name", "resolve_options"]
 
 MAX_FENCE_MARGIN = 5.0
 
@@ -77,7 +77,8 @@ class LeadershipOptions:
         return stagger_ms(self.challenge_stagger)
 
 
-def _check_name(kind: str, name: str) -> None:
+def check_name(kind: str, name: str) -> None:
+    """Refuse an empty, unencodable or oversized name (`kind` is "role" or "member")."""
     if not name:
         raise ValueError(f"the {kind} must not be empty")
     try:

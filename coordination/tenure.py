@@ -27,7 +27,7 @@ from coordination.errors import (
     OutcomeUnknownError,
     retryable,
 )
-from coordination.guarded import _IN_TRANSACTION, GuardedWriter, commit_lease
+from coordination.guarded import IN_TRANSACTION, GuardedWriter, commit_lease
 from coordination.options import LeadershipOptions
 from coordination.records import (
     Lease,
@@ -39,7 +39,7 @@ from coordination.records import (
 from coordination.token import FencingToken
 from coordination.transport import GuardedTransaction, Transport
 
-__all__ = ["Leadership", "TenureState"]
+__all__ = ["Leadership", "TenureState", "hand_back"]
 
 log = logging.getLogger("coordination.leadership")
 
@@ -50,7 +50,7 @@ RETRY_INTERVAL_MS = 250
 TOPIC_RECHECK_MS = 60_000
 
 
-async def _hand_back(
+async def hand_back(
     transport: Transport,
     role: str,
     token: FencingToken,
@@ -273,7 +273,7 @@ class Leadership:
         # Waiting here is bounded by the holder: a renewal or a transaction, each
         # bounded by the end of the tenure. A plain acquire is cancellation-safe.
         await self._lock.acquire()
-        inside = _IN_TRANSACTION.set(self)
+        inside = IN_TRANSACTION.set(self)
         try:
             self._check_open()
             try:
@@ -291,7 +291,7 @@ class Leadership:
                 raise
             await self._commit(txn)
         finally:
-            _IN_TRANSACTION.reset(inside)
+            IN_TRANSACTION.reset(inside)
             self._lock.release()
 
     async def resign(self, *, deregister: bool = True) -> None:
@@ -316,7 +316,7 @@ class Leadership:
         `InvalidStateError` when called inside this tenure's `transaction()`.
         Cancelling the call does not stop the hand-back.
         """
-        if _IN_TRANSACTION.get() is self:
+        if IN_TRANSACTION.get() is self:
             raise InvalidStateError(
                 f"{self.role}: resign() was called inside this tenure's transaction(); it "
                 "would wait for that transaction forever: leave the transaction first"
@@ -332,7 +332,7 @@ class Leadership:
         try:
             async with self._lock:
                 await self._stop_tasks()
-                errors += await _hand_back(
+                errors += await hand_back(
                     self._transport, self.role, self.token, self.partition,
                     self.options.lease_duration, tombstone=True,
                     retire_epoch=self._clock.monotonic_ms() < self.fence_deadline_monotonic,
