@@ -76,11 +76,11 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
             b_task = asyncio.ensure_future(acquire_leadership(tb, role, "b", **options))
             await asyncio.sleep(0.5)  # b registers and tails
             marks: list[tuple[str, float, float]] = []
-            for name in ("read_partition", "check_topic", "acquire_epoch", "write_lease",
-                         "begin_transaction"):
+            for name in ("read_partition", "check_topic", "acquire_epoch", "begin_transaction"):
                 _wrap(tb, name, marks)
             a_marks: list[tuple[str, float, float]] = []
-            for name in ("write_lease", "acquire_epoch", "release", "append"):
+            # The tombstone is the resignation's transaction (begin, write, commit).
+            for name in ("begin_transaction", "acquire_epoch", "release", "append"):
                 _wrap(ta, name, a_marks)
             t0 = _ms()
             await a.resign()

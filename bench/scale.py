@@ -4,8 +4,9 @@ For each N (smallest first) a fresh `bench.scale_worker` process acquires N
 roles on its own 16-partition state topic and holds them for a window of
 several renewal periods. Measured from outside with psutil: resident memory
 (max over the window), CPU (user + system over the window), file
-descriptors and sockets; from inside: every renewal's write_lease latency and
-lateness (how late after granted_at + renew it was written). Growing N stops
+descriptors and sockets; from inside: every renewal's latency
+(`Leadership.on_renewed`) and lateness (how late after granted_at + renew
+it was written). Growing N stops
 at the first N that fails to acquire within the time allowed or loses roles.
 """
 

@@ -19,9 +19,10 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from coordination import Leadership, acquire_leadership, decode_lease
+from coordination import Leadership, Lease, acquire_leadership
 from coordination.defaults import PARTITIONS
 from coordination.kafka import KafkaTransport
 
@@ -38,24 +39,21 @@ async def run(args: argparse.Namespace) -> None:
         holding = False
         latencies: list[float] = []
         lateness: list[float] = []
-        granted: dict[bytes, int] = {}
         renew_ms = round(args.renew * 1000)
-        original = transport.write_lease
 
-        async def timed_write_lease(partition: int, key: bytes, value: bytes | None) -> int:
-            started = time.perf_counter()
-            offset = await original(partition, key, value)
-            if value is not None:
-                at = decode_lease(value).granted_at
-                previous = granted.get(key)
-                granted[key] = at
+        def timer() -> Callable[[Lease, float], None]:
+            """A renewal observer: latency, and lateness against the previous grant."""
+            previous: list[int] = []
+
+            def renewed(lease: Lease, latency: float) -> None:
                 if holding:
-                    latencies.append((time.perf_counter() - started) * 1000)
-                    if previous is not None:
-                        lateness.append(float(at - previous - renew_ms))
-            return offset
+                    latencies.append(latency * 1000)
+                    if previous:
+                        lateness.append(float(lease.granted_at - previous[0] - renew_ms))
+                previous[:] = [lease.granted_at]
 
-        transport.write_lease = timed_write_lease  # type: ignore[method-assign]
+            return renewed
+
         emit("baseline", nofile=[soft, hard])
         await asyncio.sleep(1.0)
         gate = asyncio.Semaphore(args.concurrency)
@@ -66,10 +64,12 @@ async def run(args: argparse.Namespace) -> None:
         async def take(i: int) -> None:
             async with gate:
                 try:
-                    held.append(await acquire_leadership(
+                    leadership = await acquire_leadership(
                         transport, f"{args.prefix}.{i:05d}", args.member,
                         partitions=args.partitions, lease_duration=args.lease,
-                        renew_interval=args.renew, challenge_stagger=args.stagger))
+                        renew_interval=args.renew, challenge_stagger=args.stagger)
+                    leadership.on_renewed = timer()
+                    held.append(leadership)
                 except Exception as exc:
                     failures.append(repr(exc)[:300])
                 done = len(held) + len(failures)

@@ -33,6 +33,7 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 ``tables``) builds on it.
 """
 
+from coordination.candidate import acquire_leadership
 from coordination.changes import (
     Change,
     Elected,
@@ -54,23 +55,19 @@ from coordination.errors import (
     InvalidStateError,
     OutcomeUnknownError,
     StateTopicError,
+    TransportError,
 )
 from coordination.evaluate import Step, evaluate
 from coordination.fold import RoleFold, build_role_state
+from coordination.guarded import GuardedWriter
 from coordination.kafka import (
     KafkaTransport,
     KafkaTransportError,
     KafkaUnavailableError,
     ProducerFatalError,
 )
-from coordination.leadership import (
-    GuardedWriter,
-    Leadership,
-    LeadershipOptions,
-    TenureState,
-    acquire_leadership,
-)
 from coordination.memory import MemoryBroker, MemoryTransport
+from coordination.options import LeadershipOptions
 from coordination.partition import murmur2, role_partition, to_positive
 from coordination.records import (
     Key,
@@ -95,6 +92,7 @@ from coordination.runner import (
 )
 from coordination.state import Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus
+from coordination.tenure import Leadership, TenureState
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.transport import (
     Coordinator,
@@ -166,6 +164,7 @@ __all__ = [
     "TopicCheck",
     "TopicFacts",
     "Transport",
+    "TransportError",
     "acquire_leadership",
     "build_role_state",
     "decode_key",

@@ -1,4 +1,16 @@
-"""The errors the protocol raises on purpose."""
+"""The errors the library raises on purpose: one tree under `CoordinationError`.
+
+`TransportError` is the only retryable one: a transport raises it for a
+failure of the network or the cluster that may pass (an unreachable broker,
+a request that timed out), and the core retries it until the fence deadline.
+The other errors are outcomes (`FencedError`, `EpochLostError`,
+`OutcomeUnknownError`), configuration the protocol cannot run on
+(`StateTopicError`), bad bytes (`FormatError`) or a call the lifecycle does
+not allow (`InvalidStateError`). Anything a transport raises that is not a
+`CoordinationError` (a `TypeError`, an `AttributeError`) is a bug and is
+never retried: a tenure that meets one ends at once with it in `err`.
+A bad argument noticed before any I/O is a `ValueError`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +22,9 @@ __all__ = [
     "InvalidStateError",
     "OutcomeUnknownError",
     "StateTopicError",
+    "TransportError",
     "UntestedVersionError",
+    "retryable",
 ]
 
 RECORD_PARTS = ("key", "registration value", "lease value")
@@ -18,6 +32,26 @@ RECORD_PARTS = ("key", "registration value", "lease value")
 
 class CoordinationError(Exception):
     """The root of every error this library raises on purpose."""
+
+
+class TransportError(CoordinationError):
+    """A transport could not complete a call for a reason that may pass.
+
+    The network, a broker or the transaction coordinator failed or did not
+    answer in time; the role's epoch is not known to have moved on. The core
+    retries it until the fence deadline, and `LeaderRunner` campaigns again
+    after it. A transport error that also means the epoch is lost is an
+    `EpochLostError` as well, and that wins: the tenure ends.
+    """
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether a tenure may retry the call that raised `exc`.
+
+    Only a `TransportError` that does not also mean the epoch is lost is;
+    every other error ends the tenure at once with it in `err`.
+    """
+    return isinstance(exc, TransportError) and not isinstance(exc, EpochLostError)
 
 
 class FormatError(CoordinationError, ValueError):

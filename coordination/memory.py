@@ -33,7 +33,7 @@ from typing import Literal
 
 from coordination.clock import Clock, SystemClock
 from coordination.defaults import STATE_TOPIC
-from coordination.errors import FencedError
+from coordination.errors import FencedError, InvalidStateError, StateTopicError, TransportError
 from coordination.partition import murmur2, to_positive
 from coordination.state import Record
 from coordination.status import LeadershipStatus
@@ -208,23 +208,44 @@ class MemoryBroker:
         self.topics[name].partitions.extend(_Partition() for _ in range(count))
 
     def partition(self, topic: str, partition: int) -> _Partition:
-        """The log of one partition; a missing topic or partition is a `KeyError`."""
+        """The log of one partition.
+
+        A missing topic or partition is a `TransportError`, as Kafka answers
+        UNKNOWN_TOPIC_OR_PARTITION (a retriable error) to a request for it.
+        """
         try:
             return self.topics[topic].partitions[partition]
         except (KeyError, IndexError):
-            raise KeyError(f"no partition {topic}-{partition}") from None
+            raise TransportError(
+                f"no partition {topic}-{partition} (UNKNOWN_TOPIC_OR_PARTITION)") from None
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has; a missing topic is a `TransportError`."""
+        if topic not in self.topics:
+            raise TransportError(f"no topic {topic!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+        return len(self.topics[topic].partitions)
 
     # The transaction coordinator.
 
     def init_producer_id(
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
     ) -> FencingToken:
-        """InitProducerId: mint the role's next token, fencing the previous one."""
+        """InitProducerId: mint the role's next token, fencing the previous one.
+
+        A timeout that is not positive is a caller's bug (`ValueError`); one
+        over ``transaction.max.timeout.ms`` is the broker's configuration
+        (INVALID_TRANSACTION_TIMEOUT, a `StateTopicError`, as from
+        `KafkaTransport`).
+        """
         timeout_ms = round(transaction_timeout * 1000)
-        if not 0 < timeout_ms <= self.transaction_max_timeout_ms:
-            raise ValueError(
-                f"transaction timeout {timeout_ms} ms is outside (0, "
-                f"{self.transaction_max_timeout_ms}] ms (INVALID_TRANSACTION_TIMEOUT)"
+        if not timeout_ms > 0:
+            raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+        if timeout_ms > self.transaction_max_timeout_ms:
+            raise StateTopicError(
+                f"InitProducerId for role {role!r}: the transaction timeout {timeout_ms} ms "
+                f"exceeds transaction.max.timeout.ms ({self.transaction_max_timeout_ms} ms, "
+                "INVALID_TRANSACTION_TIMEOUT): shorten the lease or raise "
+                "transaction.max.timeout.ms on every broker"
             )
         self.expire_transactions()
         entry = self._ids.get(role)
@@ -309,7 +330,7 @@ class MemoryBroker:
         """Open a transaction for `role` under `token`."""
         entry = self._current(role, token)
         if entry.open is not None:
-            raise RuntimeError(f"{role}: a transaction is already open")
+            raise InvalidStateError(f"{role}: a transaction is already open")
         entry.open = _Transaction(role, token, self.clock.now_ms(), entry.timeout_ms)
         entry.state = "Ongoing"
         return entry.open
@@ -394,6 +415,7 @@ class _MemoryTransaction:
     def __init__(self, client: MemoryTransport, transaction: _Transaction) -> None:
         self._client = client
         self._txn = transaction
+        self.finished = False
 
     async def send(
         self,
@@ -402,25 +424,50 @@ class _MemoryTransaction:
         key: bytes | None = None,
         partition: int | None = None,
     ) -> None:
+        self._check_open()
         await _round_trip()
         broker = self._client.broker
         if partition is None:
-            count = len(broker.topics[topic].partitions)
+            count = broker.partition_count(topic)
             partition = to_positive(murmur2(key)) % count if key else 0
         broker.produce(topic, partition, key, value, self._client.clock.now_ms(), self._txn)
 
     async def write_lease(self, partition: int, key: bytes, value: bytes | None) -> int:
+        self._check_open()
         await _round_trip()
         return self._client.broker.produce(
             self._client.topic, partition, key, value, self._client.clock.now_ms(), self._txn
         )
 
     async def commit(self) -> None:
-        await _round_trip()
+        self._check_open()
+        self.finished = True
+        try:
+            await _round_trip()
+        except asyncio.CancelledError:
+            # Cancelled before it reached the broker: the transaction is still
+            # open, and the producer's next transaction aborts it first.
+            self._client._abandoned[self._txn.role] = self._txn
+            raise
         self._client.broker.end(self._txn, commit=True)
 
     async def abort(self) -> None:
+        """Abort; a no-op once the transaction ended, as on `KafkaTransport`."""
+        if self.finished:
+            return
+        self.finished = True
         self._client.broker.end(self._txn, commit=False)
+
+    def abandon(self) -> None:
+        """Give the transaction up; it stays open until the producer's next
+        transaction or conditional bump aborts it, or it times out."""
+        if not self.finished:
+            self.finished = True
+            self._client._abandoned[self._txn.role] = self._txn
+
+    def _check_open(self) -> None:
+        if self.finished:
+            raise InvalidStateError(f"{self._txn.role}: the transaction has already ended")
 
 
 class MemoryTransport:
@@ -443,14 +490,15 @@ class MemoryTransport:
         self.topic = topic
         self.clock: Clock = clock or self.broker.clock
         self._producers: dict[str, FencingToken] = {}
-        self._open: dict[str, _Transaction] = {}  # each producer's latest transaction
         self._policy = StateTopicPolicy()
+        self._abandoned: dict[str, _Transaction] = {}
 
     async def __aenter__(self) -> MemoryTransport:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._producers.clear()
+        self._abandoned.clear()
 
     async def acquire_epoch(
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
@@ -458,6 +506,8 @@ class MemoryTransport:
         """InitProducerId on the broker's coordinator; keeps the producer it binds."""
         await _round_trip()
         holding = current is not None and self._producers.get(role) == current
+        if holding:
+            self._settle(role)  # as KafkaTransport settles the producer before the bump
         try:
             token = self.broker.init_producer_id(role, transaction_timeout, current)
         except FencedError:
@@ -468,6 +518,8 @@ class MemoryTransport:
             # A conditional bump moves the producer that held `current` to the
             # new epoch, as `KafkaTransport` does.
             self._producers[role] = token
+        if current is None:
+            self._abandoned.pop(role, None)  # a new producer; InitProducerId aborted it
         try:
             await _round_trip()
         except asyncio.CancelledError:
@@ -505,37 +557,30 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.produce(self.topic, partition, key, value, self.clock.now_ms())
 
-    async def write_lease(
-        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
-    ) -> int:
-        """Commit one lease record in its own transaction of the role's producer."""
-        await _round_trip()
-        txn = await self.begin_transaction(role, token)
-        offset = await txn.write_lease(partition, key, value)
-        await txn.commit()
-        return offset
-
     async def begin_transaction(self, role: str, token: FencingToken) -> _MemoryTransaction:
         """Open a transaction on `role`'s producer, which must hold `token`.
 
-        A transaction of this producer still open was given up by its caller
-        (cut off at the end of a tenure, with no abort sent): it is aborted
-        first, as `KafkaTransport`'s producer settles it.
+        A transaction of the producer that was abandoned is aborted first, as
+        `KafkaTransport` settles it.
         """
         self._holding(role, token)
-        given_up = self._open.get(role)
-        if given_up is not None and given_up.state == "Ongoing":
-            with contextlib.suppress(FencedError):  # the coordinator aborted it already
-                self.broker.end(given_up, commit=False)
-        transaction = self.broker.begin(role, token)
-        self._open[role] = transaction
-        return _MemoryTransaction(self, transaction)
+        self._settle(role)
+        return _MemoryTransaction(self, self.broker.begin(role, token))
 
     async def release(self, role: str, token: FencingToken) -> None:
         """Forget `role`'s producer, as closing it does; it must hold `token`."""
         self._holding(role, token)
-        self._open.pop(role, None)  # the coordinator aborts what it left open
         del self._producers[role]
+        # Closing a producer does not abort its transaction: the coordinator
+        # does at its timeout, as on Kafka.
+        self._abandoned.pop(role, None)
+
+    def _settle(self, role: str) -> None:
+        """Abort the role producer's abandoned transaction, if still open."""
+        txn = self._abandoned.pop(role, None)
+        if txn is not None and txn.state == "Ongoing":
+            with contextlib.suppress(FencedError):  # the coordinator aborted it already
+                self.broker.end(txn, commit=False)
 
     def _holding(self, role: str, token: FencingToken) -> None:
         held = self._producers.get(role)

@@ -19,6 +19,15 @@ the role; LEADING while the function runs; HANDING_OVER while it is being
 stopped and the role resigned; BACKING_OFF after a failed or short tenure;
 STOPPED at the end. An observer hears of every tenure: elected, renewed
 (with the renewal's latency), fenced or resigned, then lost.
+
+The runner campaigns again after what the protocol expects to happen (a
+`TransportError`, a fence, a lost epoch, a `StateTopicError` an operator can
+fix) and after the function failed. It never retries a bug: a campaign or a
+tenure that ended with an error that is not a `CoordinationError` (a
+`TypeError` from a transport, a `ValueError` for a bad option), or with an
+`InvalidStateError`, stops the runner after the usual hand-over and
+deregistration, and `run()` (so the task `start` returned, and `stop()`)
+raises that error.
 """
 
 from __future__ import annotations
@@ -30,11 +39,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordination.candidate import acquire_leadership
 from coordination.clock import Clock, SystemClock
-from coordination.errors import InvalidStateError
-from coordination.leadership import Leadership, LeadershipOptions, acquire_leadership
+from coordination.errors import CoordinationError, InvalidStateError
+from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
 from coordination.records import encode_key, registration_key
+from coordination.tenure import Leadership
 from coordination.transport import Transport
 
 __all__ = ["LeaderRunner", "RoleFunction", "RunnerObserver", "RunnerState", "TenureStop"]
@@ -45,6 +56,17 @@ RoleFunction = Callable[[Leadership], Awaitable[None]]
 """``async def fn(leadership)``: the work only the leader does."""
 
 MAX_BACKOFF = 30.0
+
+
+def campaigns_again_after(error: BaseException | None) -> bool:
+    """Whether the runner campaigns again after `error` ended a campaign or a tenure.
+
+    Yes after a clean end and after the protocol's own outcomes (every
+    `CoordinationError`); no after a bug or a misuse (any other error, and
+    `InvalidStateError`): retrying cannot help.
+    """
+    return error is None or (isinstance(error, CoordinationError)
+                             and not isinstance(error, InvalidStateError))
 
 
 class RunnerState(enum.Enum):
@@ -107,7 +129,10 @@ class RunnerObserver:
         """The runner handed the role back after stopping the function."""
 
     def campaign_failed(self, role: str, error: BaseException) -> None:
-        """A campaign ended with `error` (the runner backs off and campaigns again)."""
+        """A campaign ended with `error` (the runner backs off and campaigns again).
+
+        Not called for an error the runner does not retry: that stops it.
+        """
 
     def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
         """The tenure is over and the function has stopped: the last event of a tenure."""
@@ -183,7 +208,8 @@ class LeaderRunner:
 
         With `deregister` (the default) this member's registration is
         removed too, as a process that leaves for good should; a member
-        that will be back soon may keep it.
+        that will be back soon may keep it. Raises the error that stopped
+        the runner before, if one did (see `campaigns_again_after`).
         """
         self._deregister_on_stop = deregister
         self._stop.set()
@@ -222,6 +248,9 @@ class LeaderRunner:
                 stop = await self._lead(leadership)
                 if self._stop.is_set():
                     break
+                err = leadership.err
+                if err is not None and not campaigns_again_after(err):
+                    raise err
                 if stop.reason == "stepped-down":
                     failures = 0
                     continue
@@ -231,6 +260,12 @@ class LeaderRunner:
                 long = self.clock.monotonic_ms() - started > self.options.lease_ms
                 failures = 1 if long else failures + 1
                 await self._back_off(failures)
+        except Exception as exc:
+            if not campaigns_again_after(exc):
+                log.error("%s: %s stops the runner: %r cannot be retried", self.role,
+                          self.member, exc)
+                await self._deregister()
+            raise
         finally:
             self._state = RunnerState.STOPPED
 
@@ -270,8 +305,8 @@ class LeaderRunner:
         exc = acquiring.exception()
         if exc is None:
             return acquiring.result()
-        if isinstance(exc, ValueError):
-            raise exc  # a bad role name or option: retrying cannot help
+        if not campaigns_again_after(exc):
+            raise exc  # a bug or a bad option: retrying cannot help
         log.warning("%s: %s could not stand for the role: %r", self.role, self.member, exc)
         self.observer.campaign_failed(self.role, exc)
         return None

@@ -139,7 +139,19 @@ class GuardedTransaction(Protocol):
         ...
 
     async def abort(self) -> None:
-        """Abort; nothing sent in the transaction becomes visible."""
+        """Abort; nothing sent in the transaction becomes visible.
+
+        A no-op once the transaction ended (committed, aborted or abandoned).
+        """
+        ...
+
+    def abandon(self) -> None:
+        """Give the transaction up without waiting (its caller was cancelled).
+
+        The transport aborts it before the producer's next transaction or
+        conditional bump; until then, or until the coordinator aborts it at
+        its timeout, it stays open.
+        """
         ...
 
 
@@ -152,15 +164,10 @@ class LeaseWriter(Protocol):
     nothing, so a late call of an old tenure can never write through, or
     close, a newer tenure's producer. Every write raises `FencedError` if the
     epoch moved on, and `EpochLostError` once the producer can no longer
-    write under the epoch (failed fatally or closed); other errors may be
-    transient.
+    write under the epoch (failed fatally or closed); a failure that may
+    pass is a `TransportError`. A lease record in a transaction of its own
+    is composed from these by the core (`coordination.guarded.commit_lease`).
     """
-
-    async def write_lease(
-        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
-    ) -> int:
-        """Commit one lease record in its own transaction; return its offset."""
-        ...
 
     async def begin_transaction(self, role: str, token: FencingToken) -> GuardedTransaction:
         """Open a transaction on `role`'s fenced producer, which must hold `token`."""

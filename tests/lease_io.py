@@ -1,25 +1,25 @@
-"""Writing a lease record as the core does: its own transaction of the role's producer."""
+"""Lease records written the way the core writes them, for transport tests.
+
+A transport has no call that commits one lease record: the core composes it
+from the transport's primitives (`coordination.guarded.commit_lease`). Tests
+of a transport write leases through that same composition.
+"""
 
 from __future__ import annotations
 
-import contextlib
+from coordination.guarded import commit_lease
+from coordination.token import FencingToken
+from coordination.transport import LeaseWriter
 
-from coordination import FencingToken, LeaseWriter
 
-
-async def write_lease(transport: LeaseWriter, role: str, token: FencingToken, partition: int,
-                      key: bytes, value: bytes | None) -> int:
-    """Commit one lease record through `role`'s producer holding `token`; return its offset.
-
-    begin_transaction, the transaction's write_lease, commit; a failed write
-    or commit aborts the transaction (best effort) and raises what failed.
-    """
-    txn = await transport.begin_transaction(role, token)
-    try:
-        offset = await txn.write_lease(partition, key, value)
-        await txn.commit()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await txn.abort()
-        raise
-    return offset
+async def write_lease(
+    transport: LeaseWriter,
+    role: str,
+    token: FencingToken,
+    partition: int,
+    key: bytes,
+    value: bytes | None,
+) -> int:
+    """Commit one lease record in its own transaction of `role`'s producer
+    under `token`, as a renewal does; return its offset."""
+    return await commit_lease(transport, role, token, partition, key, value)

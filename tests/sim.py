@@ -29,6 +29,7 @@ from coordination import (
     PartitionTail,
     TopicCheck,
     TopicFacts,
+    TransportError,
     acquire_leadership,
 )
 from tests.loop import run_ready_callbacks
@@ -235,7 +236,7 @@ class MemberClock:
             changed.set_result(None)
 
 
-class ProcessCrashed(ConnectionError):
+class ProcessCrashed(TransportError):
     """A call of a process that has crashed: nothing reaches the broker."""
 
 
@@ -341,11 +342,6 @@ class FaultyTransport:
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         return await self._call("append", self.inner.append, partition, key, value)
 
-    async def write_lease(self, role: str, token: FencingToken, partition: int, key: bytes,
-                          value: bytes | None) -> int:
-        return await self._call("write_lease", self.inner.write_lease, role, token, partition,
-                                key, value)
-
     async def begin_transaction(self, role: str, token: FencingToken) -> _FaultyTransaction:
         txn = await self._call("begin_transaction", self.inner.begin_transaction, role, token)
         return _FaultyTransaction(self, txn)
@@ -390,3 +386,6 @@ class _FaultyTransaction:
 
     async def abort(self) -> None:
         await self._transport._call("abort", self._inner.abort)
+
+    def abandon(self) -> None:
+        self._inner.abandon()

@@ -740,7 +740,7 @@ def run_seed(
     return asyncio.run(Simulation(config, broker_factory=broker_factory).run())
 
 
-GUARDED_CALLS = ("begin_transaction", "send", "txn_write_lease", "commit")
+TRANSACTION_CALLS = ("begin_transaction", "send", "txn_write_lease", "commit")
 
 
 def summarize(reports: list[SimReport], elapsed: float | None = None) -> str:
@@ -777,8 +777,8 @@ def summarize(reports: list[SimReport], elapsed: float | None = None) -> str:
         f"smaller_id_moves={sum(r.smaller_id_moves for r in reports)} "
         f"simultaneous_challenges={sum(r.simultaneous_challenges for r in reports)} "
         f"delayed_calls={sum(r.delayed_calls for r in reports)}",
-        f"broker refusals: guarded writes={sum(broker[c] for c in GUARDED_CALLS)} "
-        f"lease writes={broker['write_lease']} all={dict(broker)}",
+        f"broker refusals: transactions (guarded writes and lease writes)="
+        f"{sum(broker[c] for c in TRANSACTION_CALLS)} all={dict(broker)}",
         f"faults={dict(sorted(faults.items()))}",
         f"leaderless={leaderless / role_seconds:.1%} of role time; longest gap per role "
         f"(leases): median={gaps[len(gaps) // 2] if gaps else 0:.1f} "

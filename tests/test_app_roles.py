@@ -16,6 +16,7 @@ from coordination import (
     LeadershipOptions,
     MemoryBroker,
     MemoryTransport,
+    TransportError,
     describe_leadership,
     describe_role_state,
 )
@@ -57,11 +58,11 @@ class CutTransport(MemoryTransport):
 
     def _check(self) -> None:
         if self.cut:
-            raise ConnectionError("broker unreachable")
+            raise TransportError("broker unreachable")
 
-    async def write_lease(self, role, token, partition, key, value):
+    async def begin_transaction(self, role, token):
         self._check()
-        return await super().write_lease(role, token, partition, key, value)
+        return await super().begin_transaction(role, token)
 
     async def append(self, partition, key, value):
         self._check()

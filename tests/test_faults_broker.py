@@ -52,6 +52,7 @@ from coordination import (
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.fault_run import FaultReport, FaultRun, Timing
 from tests.kafka_io import create_state_and_output_topics
+from tests.lease_io import write_lease
 from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -417,7 +418,7 @@ STEP_BACK_MS = 10_000
 # timeout (the lease) and ends the tenure through the lost producer at least
 # 1 s after the fence deadline, so only the deadline itself meets this bound.
 STEPPED_SLACK_MS = 500
-# How the fence deadline ends a tenure (coordination/leadership.py).
+# How the fence deadline ends a tenure (coordination/tenure.py).
 OWN_DEADLINE = "could not be renewed before the fence deadline"
 
 
@@ -514,14 +515,14 @@ async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_a
     key, value = encode_key(lease_key(role)), encode_lease(Lease("a", 0, 0, 0, 1))
     async with KafkaTransport(broker.bootstrap, topic=state) as transport:
         token = await transport.acquire_epoch(role, 3.0)
-        await transport.write_lease(role, token, role_partition(role, 4), key, value)
+        await write_lease(transport, role, token, role_partition(role, 4), key, value)
         broker.kill("STOP")
         try:
             with pytest.raises(KafkaUnavailableError, match="transaction timeout"):
-                await transport.write_lease(role, token, role_partition(role, 4), key, value)
+                await write_lease(transport, role, token, role_partition(role, 4), key, value)
             started = time.monotonic()
             with pytest.raises(ProducerFatalError) as lost:
-                await transport.write_lease(role, token, role_partition(role, 4), key, value)
+                await write_lease(transport, role, token, role_partition(role, 4), key, value)
             assert isinstance(lost.value, EpochLostError)
             assert time.monotonic() - started < 1
         finally:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 60
 TIMING = Timing(lease=3.0, renew=1.0, stagger=0.5, interval=0.1)
 # How a tenure ends when the leader's own (monotonic) fence deadline passes
-# (coordination/leadership.py): what a zombie whose clocks say its lease is
+# (coordination/tenure.py): what a zombie whose clocks say its lease is
 # live must not be stopped by.
 OWN_DEADLINE = "could not be renewed before the fence deadline"
 trials = pytest.mark.parametrize("trial", range(TRIALS))

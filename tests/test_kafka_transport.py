@@ -40,6 +40,7 @@ from coordination.kafka.options import ClientOptions
 from coordination.transport import PartitionRead
 from tests import polling
 from tests.kafka_io import committed_values
+from tests.lease_io import write_lease
 from tests.loop import run_ready_callbacks
 
 pytestmark = pytest.mark.integration
@@ -146,7 +147,7 @@ async def test_tail_returns_a_newly_committed_record_within_a_fetch_round_trip(
     tail = await transport.tail(2, start.last_stable_offset)
     try:
         waiting = asyncio.ensure_future(tail.next())
-        offset = await transport.write_lease(role, token, 2, *lease_record(role, token))
+        offset = await write_lease(transport, role, token, 2, *lease_record(role, token))
         committed_at = time.monotonic()
         seen: list[int] = []
         while offset not in seen:
@@ -197,7 +198,7 @@ async def test_200_renewals_keep_the_token_on_a_transaction_version_2_cluster(
     assert features.finalized_level("transaction.version") >= 2
     token = await transport.acquire_epoch(role, LEASE)
     for _ in range(200):
-        await transport.write_lease(role, token, 0, *lease_record(role, token))
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
     status = await transport.describe_epoch(role)
     assert status.token == token
     assert status.state in ("CompleteCommit", "PrepareCommit")
@@ -207,11 +208,11 @@ async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, ro
     token = await transport.acquire_epoch(role, LEASE)
     for yields in range(0, 40, 3):
         task = asyncio.ensure_future(
-            transport.write_lease(role, token, 0, *lease_record(role, token)))
+            write_lease(transport, role, token, 0, *lease_record(role, token)))
         await run_ready_callbacks(yields)  # cancel at a different await each round
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await transport.write_lease(role, token, 0, *lease_record(role, token))
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
     assert (await transport.describe_epoch(role)).token == token
 
 
@@ -240,7 +241,7 @@ async def test_closing_the_transport_stops_every_client_it_started(kafka_bootstr
         token = await transport.acquire_epoch(role, LEASE)
         await transport.check_topic(PARTITIONS, LEASE)
         await transport.append(0, *registration_record(role, "a"))
-        await transport.write_lease(role, token, 0, *lease_record(role, token))
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
         await transport.read_partition(0)
         tail = await transport.tail(0, 0)
         await transport.describe_epoch(role)

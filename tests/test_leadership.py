@@ -15,6 +15,7 @@ from coordination import (
     LeadershipOptions,
     MemoryTransport,
     StateTopicError,
+    TransportError,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
@@ -222,11 +223,6 @@ class LosingTransport(MemoryTransport):
 
     lost = False
 
-    async def write_lease(self, role, token, partition, key, value):
-        if self.lost:
-            raise EpochLostError("the producer is closed")
-        return await super().write_lease(role, token, partition, key, value)
-
     async def begin_transaction(self, role, token):
         if self.lost:
             raise EpochLostError("the producer is closed")
@@ -271,10 +267,17 @@ class FlakyTransport(MemoryTransport):
 
     down = False
 
-    async def write_lease(self, role, token, partition, key, value):
-        if self.down:
-            raise ConnectionError("broker unreachable")
-        return await super().write_lease(role, token, partition, key, value)
+    async def begin_transaction(self, role, token):
+        txn = await super().begin_transaction(role, token)
+        write = txn.write_lease
+
+        async def write_lease(partition, key, value):
+            if self.down:
+                raise TransportError("broker unreachable")
+            return await write(partition, key, value)
+
+        txn.write_lease = write_lease
+        return txn
 
 
 async def test_renewal_failures_are_retried_and_a_recovery_keeps_the_tenure():

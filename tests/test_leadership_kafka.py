@@ -192,41 +192,33 @@ async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinat
     assert status.token.producer_epoch > leader.token.producer_epoch
     assert await committed_values(cluster.bootstrap, cluster.output) == []
 
-class CountingTransport(KafkaTransport):
-    """Counts the lease records written outside guarded transactions."""
-
-    lease_writes = 0
-
-    async def write_lease(self, role, token, partition, key, value):
-        offset = await super().write_lease(role, token, partition, key, value)
-        self.lease_writes += 1
-        return offset
-
-
 async def test_200_renewals_keep_the_token_and_only_the_current_tenure_is_authoritative(
     cluster,
 ):
     await cluster.setup()
-    counting = CountingTransport(cluster.bootstrap, topic=cluster.state)
-    await counting.__aenter__()
-    try:
-        features = await counting.api_versions()
-        assert features.finalized_level("transaction.version") >= 2
-        first = await cluster.acquire("a", transport=counting, renew_interval=0.005)
-        async def lease_writes() -> int:
-            return counting.lease_writes
+    transport = await cluster.transport()
+    features = await transport.api_versions()
+    assert features.finalized_level("transaction.version") >= 2
+    first = await cluster.acquire("a", transport=transport, renew_interval=0.005)
+    renewals = 0
 
-        # 200 renewals (the first lease is written in a guarded transaction)
-        await eventually(lease_writes, lambda count: count >= 200, within=120)
-        observer = await cluster.transport()
-        status = await describe_leadership(observer, cluster.role)
-        assert status.token == first.token
-        assert status.authoritative(first.token)
-        await first.resign()
-        second = await cluster.acquire("b")
-        status = await describe_leadership(observer, cluster.role)
-        assert not status.authoritative(first.token)
-        assert status.authoritative(second.token)
-        assert second.tenure > first.tenure
-    finally:
-        await counting.__aexit__(None, None, None)
+    def renewed(_lease, _latency) -> None:
+        nonlocal renewals
+        renewals += 1
+
+    first.on_renewed = renewed
+
+    async def renewed_so_far() -> int:
+        return renewals
+
+    await eventually(renewed_so_far, lambda count: count >= 200, within=120)
+    observer = await cluster.transport()
+    status = await describe_leadership(observer, cluster.role)
+    assert status.token == first.token
+    assert status.authoritative(first.token)
+    await first.resign()
+    second = await cluster.acquire("b")
+    status = await describe_leadership(observer, cluster.role)
+    assert not status.authoritative(first.token)
+    assert status.authoritative(second.token)
+    assert second.tenure > first.tenure

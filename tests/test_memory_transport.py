@@ -17,6 +17,7 @@ from coordination import (
     ManualClock,
     MemoryBroker,
     MemoryTransport,
+    StateTopicError,
     encode_key,
     encode_lease,
     lease_key,
@@ -117,10 +118,17 @@ async def test_a_timed_out_transaction_is_aborted_at_the_next_abort_cleanup_pass
     assert (await transport.describe_epoch(ROLE)).state == "CompleteAbort"
 
 
-async def test_an_invalid_transaction_timeout_is_refused():
+async def test_a_transaction_timeout_over_the_broker_maximum_is_a_state_topic_error():
     transport = MemoryTransport(new_broker(transaction_max_timeout=60))
-    with pytest.raises(ValueError, match="INVALID_TRANSACTION_TIMEOUT"):
+    with pytest.raises(StateTopicError, match="INVALID_TRANSACTION_TIMEOUT"):
         await transport.acquire_epoch(ROLE, 61)
+
+
+async def test_a_transaction_timeout_that_is_not_positive_is_a_value_error():
+    transport = MemoryTransport(new_broker())
+    with pytest.raises(ValueError, match="positive"):
+        await transport.acquire_epoch(ROLE, 0)
+
 
 
 async def test_compaction_leaves_open_transactions_alone():

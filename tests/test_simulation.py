@@ -27,8 +27,8 @@ from coordination import FencedError, MemoryBroker, MemoryTransport
 from coordination.memory import MAX_EPOCH
 from tests.sim import LEASE, Cluster, FaultyTransport, MemberClock
 from tests.simulation import (
-    GUARDED_CALLS,
     LIVELOCK_LEASES,
+    TRANSACTION_CALLS,
     SimConfig,
     SimReport,
     Simulation,
@@ -64,7 +64,8 @@ def test_the_ci_seeds_exercise_every_fault():
     assert sum(r.delayed_calls for r in reports) > 0
     assert sum(r.smaller_id_moves for r in reports) > 0
     assert sum(r.simultaneous_challenges for r in reports) > 0
-    assert sum(r.fenced_by_broker[call] for r in reports for call in GUARDED_CALLS) > 0
+    assert sum(r.fenced_by_broker[call] for r in reports for call in TRANSACTION_CALLS) > 0
+    assert sum(r.total("fenced") for r in reports) > 0  # guarded writes among them
     assert sum(r.total("unknown") for r in reports) > 0
     assert any(len(set(r.config.skew_ms.values())) > 1 for r in reports)
     assert any(len(r.config.roles) > r.config.partitions for r in reports)  # roles share
@@ -86,7 +87,7 @@ def test_a_frozen_leader_thawed_after_its_lease_is_refused_by_the_broker():
     sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))  # its clock stops too
     report = run(sim)
     assert report.ok, report.describe()
-    refused = sum(report.fenced_by_broker[call] for call in GUARDED_CALLS)
+    refused = sum(report.fenced_by_broker[call] for call in TRANSACTION_CALLS)
     assert refused >= 1, report.describe()
     assert report.histories["billing"].fenced >= 1
     assert any("stops leading billing" in line and "superseded" in line

@@ -227,6 +227,7 @@ class CancellingTransport(KafkaTransport):
         class Hooked:
             send = txn.send
             abort = txn.abort
+            abandon = txn.abandon
 
             async def write_lease(self, partition, key, value):
                 return await hooks._hooked("txn.write_lease",

@@ -18,6 +18,7 @@ import pytest
 from coordination import (
     FencedError,
     InvalidStateError,
+    Kind,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
@@ -27,7 +28,9 @@ from coordination import (
     MemoryTransport,
     OutcomeUnknownError,
     TenureState,
+    TransportError,
     acquire_leadership,
+    decode_key,
     describe_leadership,
     describe_role_state,
     encode_key,
@@ -189,14 +192,14 @@ async def test_a_runner_stopped_while_campaigning_leaves_no_leader():
 
 
 class CutTransport(MemoryTransport):
-    """A process whose link to the broker can be cut: writes then fail."""
+    """A process whose link to the broker can be cut: transactions then fail."""
 
     cut = False
 
-    async def write_lease(self, role, token, partition, key, value):
+    async def begin_transaction(self, role, token):
         if self.cut:
-            raise ConnectionError("broker unreachable")
-        return await super().write_lease(role, token, partition, key, value)
+            raise TransportError("broker unreachable")
+        return await super().begin_transaction(role, token)
 
 
 async def test_a_wall_clock_stepped_back_does_not_extend_the_fence_deadline():
@@ -250,7 +253,9 @@ async def test_the_runner_stops_the_function_at_the_monotonic_fence_deadline():
 
 
 class HangingCommitTransport(MemoryTransport):
-    """Once `hang` is set, commits of transactions are sent but never answered."""
+    """Once `hang` is set, commits of transactions that sent a record are sent
+    but never answered (a renewal's transaction, which only writes its lease,
+    still commits)."""
 
     hang = False
 
@@ -260,12 +265,19 @@ class HangingCommitTransport(MemoryTransport):
             return txn
 
         class Hanging:
-            send = txn.send
             write_lease = txn.write_lease
             abort = txn.abort
+            abandon = txn.abandon
+            sent = False
+
+            async def send(self, *args, **kwargs) -> None:
+                self.sent = True
+                await txn.send(*args, **kwargs)
 
             async def commit(self) -> None:
-                await asyncio.Event().wait()
+                if self.sent:
+                    await asyncio.Event().wait()
+                await txn.commit()
 
         return Hanging()
 
@@ -274,8 +286,7 @@ async def test_a_commit_unanswered_at_the_end_of_the_tenure_raises_outcome_unkno
     cluster = Cluster()
     transport = HangingCommitTransport(cluster.broker)
     leadership = await lead(cluster, "a", transport=transport)
-    # Renewals commit through the transport's own write_lease; only the
-    # guarded transaction's commit hangs.
+    # Renewals still commit; only the guarded transaction's commit hangs.
     transport.hang = True
 
     async def write() -> None:
@@ -330,9 +341,9 @@ class SuccessorAtCall(MemoryTransport):
         await self._before_call()
         return await super().acquire_epoch(role, transaction_timeout, current)
 
-    async def write_lease(self, role, token, partition, key, value):
+    async def begin_transaction(self, role, token):
         await self._before_call()
-        return await super().write_lease(role, token, partition, key, value)
+        return await super().begin_transaction(role, token)
 
     async def release(self, role, token):
         await self._before_call()
@@ -501,12 +512,19 @@ class FailingTransport(MemoryTransport):
 
     def _maybe_fail(self, name: str) -> None:
         if name in self.failing:
-            raise ConnectionError(f"{name}: broker unreachable")
+            raise TransportError(f"{name}: broker unreachable")
 
-    async def write_lease(self, role, token, partition, key, value):
-        if value is None:
-            self._maybe_fail("tombstone")
-        return await super().write_lease(role, token, partition, key, value)
+    async def begin_transaction(self, role, token):
+        txn = await super().begin_transaction(role, token)
+        write = txn.write_lease
+
+        async def write_lease(partition, key, value):
+            if value is None and decode_key(key).kind is Kind.LEASE:
+                self._maybe_fail("tombstone")
+            return await write(partition, key, value)
+
+        txn.write_lease = write_lease
+        return txn
 
     async def append(self, partition, key, value):
         if value is None:
@@ -529,7 +547,7 @@ async def test_resign_keeps_the_error_it_met_and_always_closes_the_producer(fail
     transport = FailingTransport(cluster.broker, failing)
     leadership = await lead(cluster, "a", transport=transport)
     await leadership.resign()
-    assert isinstance(leadership.err, ConnectionError)
+    assert isinstance(leadership.err, TransportError)
     assert failing in str(leadership.err)
     assert len(transport.released) == 1  # under the bumped epoch, unless the bump failed
     assert transport._producers == {}
@@ -624,6 +642,7 @@ class UnreachableTransport(CutTransport):
             send = txn.send
             write_lease = txn.write_lease
             commit = txn.commit
+            abandon = txn.abandon
 
             async def abort(self) -> None:
                 if transport.cut:

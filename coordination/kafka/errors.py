@@ -8,15 +8,17 @@ class for 90), as ``InvalidProducerEpoch`` (47) or ``TransactionCoordinatorFence
 of a ``KafkaError("Unexpected error during batch delivery")``. `fence_in` walks
 the whole cause chain so none of these shapes is missed.
 
-Every other failure is a `KafkaTransportError`: the leadership loop retries
-those until the fence deadline and never mistakes them for a lost epoch.
+Every other failure of Kafka is a `KafkaTransportError`, a `TransportError`:
+the leadership loop retries those until the fence deadline and never mistakes
+them for a lost epoch. An exception that is not aiokafka's (a `TypeError`
+from a bug) is not wrapped: it propagates as it is and ends the tenure.
 """
 
 from __future__ import annotations
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.errors import EpochLostError
+from coordination.errors import EpochLostError, TransportError
 from coordination.kafka.protocol import FENCE_ERROR_CODES
 
 __all__ = [
@@ -24,7 +26,14 @@ __all__ = [
     "KafkaUnavailableError",
     "ProducerFatalError",
     "fence_in",
+    "is_outage",
 ]
+
+# What aiokafka, asyncio and the socket layer raise for a failure of the
+# cluster or the network. aiokafka's ConsumerStoppedError is not a KafkaError.
+_OUTAGES: tuple[type[BaseException], ...] = (
+    _errors.KafkaError, _errors.ConsumerStoppedError, TimeoutError, OSError,
+)
 
 # 52 TRANSACTION_COORDINATOR_FENCED belongs to broker-to-broker marker writes, but
 # a client that ever sees it is talking to a deposed coordinator epoch: a fence.
@@ -36,7 +45,7 @@ _FENCE_CLASSES: tuple[type[BaseException], ...] = (
 )
 
 
-class KafkaTransportError(Exception):
+class KafkaTransportError(TransportError):
     """A Kafka operation failed for a reason other than a fence.
 
     The message names the operation and what to check. Retrying may help;
@@ -69,6 +78,11 @@ def fence_in(exc: BaseException | None) -> BaseException | None:
             return exc
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` is a failure of Kafka or the network (retryable), not a bug."""
+    return isinstance(exc, _OUTAGES)
 
 
 def _is_fence(exc: BaseException) -> bool:

@@ -41,12 +41,13 @@ from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyp
     TransactionState,
 )
 
-from coordination.errors import FencedError
+from coordination.errors import FencedError, InvalidStateError
 from coordination.kafka.errors import (
     KafkaTransportError,
     KafkaUnavailableError,
     ProducerFatalError,
     fence_in,
+    is_outage,
 )
 from coordination.kafka.lifecycle import stop_producer
 from coordination.token import FencingToken
@@ -80,18 +81,10 @@ class RoleProducer:
         self._open: KafkaGuardedTransaction | None = None
 
     async def begin(self) -> KafkaGuardedTransaction:
-        """Open a transaction; one at a time per producer.
-
-        A transaction still open here was given up by its caller: the
-        leadership serialises a tenure's transactions, and it sends no abort
-        for a transaction cut off at the end of the tenure. `_settle` aborts
-        it, so the hand-back can still clear the lease.
-        """
+        """Open a transaction; one at a time per producer."""
         self._raise_if_retired()
         if self._open is not None and not self._open.finished:
-            log.info("%s: a transaction of %s was given up open; aborting it", self.role,
-                     self.token)
-            self._open.abandon()
+            raise InvalidStateError(f"{self.role}: a transaction is already open")
         await self._settle()
         self.producer._txn_manager.begin_transaction()
         self._open = KafkaGuardedTransaction(self)
@@ -148,10 +141,19 @@ class RoleProducer:
         except (FencedError, KafkaTransportError):
             raise
         except Exception as exc:
-            raise await self.failure(exc, what) from exc
+            error = await self.failure(exc, what)
+            if error is exc:
+                raise
+            raise error from exc
 
     async def failure(self, exc: BaseException, what: str) -> BaseException:
-        """The error to raise for `exc`; retires the producer if it cannot go on."""
+        """The error to raise for `exc`; retires the producer if it cannot go on.
+
+        A fence or a fatal state wins whatever the shape of `exc` (aiokafka
+        raises ``AssertionError`` once fatal). Other Kafka errors become a
+        retryable `KafkaTransportError`; anything else is a bug, returned as
+        it is so that it is never retried as an outage.
+        """
         fence = fence_in(exc)
         if fence is not None:
             return await self.retire(FencedError(
@@ -159,6 +161,8 @@ class RoleProducer:
             ))
         if self.producer._txn_manager.is_fatal_error():
             return await self._retire_fatal(what)
+        if not is_outage(exc):
+            return exc
         return KafkaTransportError(f"{self.role}: {what} failed: {exc!r}")
 
     async def retire(self, error: BaseException, *, level: int = logging.WARNING) -> BaseException:
@@ -287,7 +291,7 @@ class KafkaGuardedTransaction:
 
     def _check_open(self) -> None:
         if self.finished:
-            raise RuntimeError(f"{self._owner.role}: the transaction has already ended")
+            raise InvalidStateError(f"{self._owner.role}: the transaction has already ended")
 
     async def _check_state(self, what: str) -> None:
         owner = self._owner

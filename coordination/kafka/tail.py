@@ -33,7 +33,8 @@ from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.kafka.errors import KafkaTransportError
+from coordination.errors import InvalidStateError
+from coordination.kafka.errors import KafkaTransportError, is_outage
 from coordination.kafka.lifecycle import stop_consumer
 from coordination.kafka.positions import marks, position
 from coordination.state import Record
@@ -64,11 +65,13 @@ class KafkaTail:
         """The records committed since the last call, once the partition changed."""
         while True:
             if self._error is not None:
+                if not is_outage(self._error):
+                    raise self._error  # a bug, not an outage: never retried as one
                 raise KafkaTransportError(
                     f"following partition {self.partition} failed: {self._error!r}"
                 ) from self._error
             if self._closed:
-                raise RuntimeError(f"the tail of partition {self.partition} is closed")
+                raise InvalidStateError(f"the tail of partition {self.partition} is closed")
             read = self._take()
             if read is not None:
                 return read

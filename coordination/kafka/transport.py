@@ -58,7 +58,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
 from coordination.defaults import STATE_TOPIC
-from coordination.errors import FencedError
+from coordination.errors import FencedError, InvalidStateError, StateTopicError
 from coordination.kafka.admin import TopicChecker
 from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
@@ -187,8 +187,8 @@ class KafkaTransport:
         """InitProducerId for ``transactional.id = role``.
 
         Without `current`: starts the role's transactional producer (closing
-        any previous one of this transport), keeps it for `write_lease` and
-        guarded transactions, and returns the token it was minted. With
+        any previous one of this transport), keeps it for the role's
+        transactions, and returns the token it was minted. With
         `current`: the conditional bump (KIP-360) over the raw client; it
         returns the new token and raises `FencedError` if `current` was no
         longer the role's token. A producer of this transport that held
@@ -213,9 +213,10 @@ class KafkaTransport:
             except BaseException as exc:
                 await stop_producer(producer)
                 if isinstance(exc, _errors.InvalidTransactionTimeout):
-                    raise KafkaTransportError(
+                    raise StateTopicError(
                         f"InitProducerId for role {role!r}: the transaction timeout "
-                        f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+                        f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms: "
+                        "shorten the lease or raise transaction.max.timeout.ms on every broker"
                     ) from exc
                 if isinstance(exc, _errors.KafkaError):
                     raise KafkaTransportError(
@@ -295,26 +296,6 @@ class KafkaTransport:
 
     # LeaseWriter.
 
-    async def write_lease(
-        self, role: str, token: FencingToken, partition: int, key: bytes, value: bytes | None
-    ) -> int:
-        """Commit one lease record in its own transaction of the role's producer."""
-        txn = await self.begin_transaction(role, token)
-        try:
-            offset = await txn.write_lease(partition, key, value)
-            await txn.commit()
-        except asyncio.CancelledError:
-            txn.abandon()  # no waiting while cancelled: the next begin settles it
-            raise
-        except BaseException:
-            if not txn.finished:
-                try:
-                    await txn.abort()
-                except Exception as exc:
-                    log.debug("aborting a failed lease write: %r", exc)
-            raise
-        return offset
-
     async def begin_transaction(self, role: str, token: FencingToken) -> KafkaGuardedTransaction:
         """Open a transaction on `role`'s fenced producer, which must hold `token`."""
         self._check_open()
@@ -340,7 +321,7 @@ class KafkaTransport:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("the KafkaTransport is closed")
+            raise InvalidStateError("the KafkaTransport is closed")
 
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())
@@ -378,9 +359,10 @@ class KafkaTransport:
             role, timeout_ms, current.producer_id, current.producer_epoch
         )
         if result.error_code == INVALID_TRANSACTION_TIMEOUT:
-            raise KafkaTransportError(
+            raise StateTopicError(
                 f"conditional InitProducerId for role {role!r}: the transaction timeout "
-                f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms"
+                f"{timeout_ms} ms exceeds the brokers' transaction.max.timeout.ms: "
+                "shorten the lease or raise transaction.max.timeout.ms on every broker"
             )
         if result.error_code not in FENCE_ERROR_CODES and result.error_code != NO_ERROR:
             raise KafkaTransportError(

@@ -1,12 +1,4 @@
-"""Acquiring, holding and resigning a role.
-
-`acquire_leadership` registers the member, waits its turn by tailing the
-role's partition, challenges (InitProducerId, then the first lease record)
-and returns a `Leadership` that renews in the background. Safety comes from
-the broker: every write of a `Leadership` goes through the producer its
-epoch binds, and a superseded epoch's writes are rejected. The lease and the
-fence deadline only time failover and bound side effects the broker cannot
-guard.
+"""Holding and resigning a role: one tenure.
 
 A tenure is a small state machine (`TenureState`): LEADING, then RESIGNING
 while `resign()` hands the role back, then ENDED; a fence, a lost producer
@@ -21,427 +13,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from coordination import defaults
-from coordination.clock import Clock, SystemClock
+from coordination.clock import Clock
 from coordination.errors import (
+    CoordinationError,
     EpochLostError,
     FencedError,
     InvalidStateError,
     OutcomeUnknownError,
-    StateTopicError,
+    retryable,
 )
-from coordination.evaluate import challenger_index, evaluate, stagger_ms
-from coordination.follower import PartitionFollower
-from coordination.partition import role_partition
+from coordination.guarded import IN_TRANSACTION, GuardedWriter, commit_lease
+from coordination.options import LeadershipOptions
 from coordination.records import (
-    MAX_STRING_BYTES,
     Lease,
-    Registration,
     encode_key,
     encode_lease,
-    encode_registration,
     lease_key,
     registration_key,
 )
-from coordination.state import RoleState
 from coordination.token import FencingToken
 from coordination.transport import GuardedTransaction, Transport
 
-__all__ = [
-    "GuardedWriter",
-    "Leadership",
-    "LeadershipOptions",
-    "TenureState",
-    "acquire_leadership",
-]
+__all__ = ["Leadership", "TenureState", "hand_back"]
 
 log = logging.getLogger("coordination.leadership")
 
 T = TypeVar("T")
 
-MAX_FENCE_MARGIN = 5.0
 RETRY_INTERVAL_MS = 250
-MAX_BACKOFF_LEASES = 8
+
 TOPIC_RECHECK_MS = 60_000
 
 
-@dataclass(frozen=True, slots=True)
-class LeadershipOptions:
-    """Validated timing and layout of one role's candidate.
-
-    The fence margin is min(5 s, lease/3): a leader stops trusting its lease
-    that long before the lease runs out, to cover the delay between a record
-    being sent and being written, clock error between members, and the delay
-    between the deadline passing and the leader noticing.
-    """
-
-    partitions: int = defaults.PARTITIONS
-    lease_duration: float = defaults.LEASE_DURATION
-    renew_interval: float = defaults.RENEW_INTERVAL
-    challenge_stagger: float = defaults.CHALLENGE_STAGGER
-
-    def __post_init__(self) -> None:
-        if self.partitions < 1:
-            raise ValueError(f"partitions must be at least 1, got {self.partitions}")
-        if not self.lease_duration > 0:
-            raise ValueError(f"lease_duration must be positive, got {self.lease_duration}")
-        if not self.renew_interval > 0:
-            raise ValueError(f"renew_interval must be positive, got {self.renew_interval}")
-        if self.challenge_stagger < 0:
-            raise ValueError(
-                f"challenge_stagger must not be negative, got {self.challenge_stagger}"
-            )
-        limit = self.lease_duration - self.fence_margin
-        if not self.renew_interval < limit:
-            raise ValueError(
-                f"renew_interval ({self.renew_interval} s) must be shorter than lease_duration "
-                f"minus the fence margin ({self.lease_duration} - {self.fence_margin:.3f} = "
-                f"{limit:.3f} s), or the leader fences itself between renewals"
-            )
-
-    @property
-    def fence_margin(self) -> float:
-        """How long before the lease runs out the leader stops trusting it."""
-        return min(MAX_FENCE_MARGIN, self.lease_duration / 3)
-
-    @property
-    def lease_ms(self) -> int:
-        """The lease duration in milliseconds."""
-        return round(self.lease_duration * 1000)
-
-    @property
-    def renew_ms(self) -> int:
-        """The renew interval in milliseconds."""
-        return round(self.renew_interval * 1000)
-
-    @property
-    def margin_ms(self) -> int:
-        """The fence margin in milliseconds."""
-        return round(self.fence_margin * 1000)
-
-    @property
-    def stagger_ms(self) -> int:
-        """The challenge stagger in milliseconds, rounded half up."""
-        return stagger_ms(self.challenge_stagger)
-
-
-def _check_name(kind: str, name: str) -> None:
-    if not name:
-        raise ValueError(f"the {kind} must not be empty")
-    try:
-        size = len(name.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"the {kind} is not encodable as UTF-8: {exc.reason} "
-                         f"at position {exc.start}") from None
-    if size > MAX_STRING_BYTES:
-        raise ValueError(f"the {kind} is {size} UTF-8 bytes, over the limit of 32767")
-
-
-def resolve_options(
-    options: LeadershipOptions | None,
-    partitions: int | None,
-    lease_duration: float | None,
-    renew_interval: float | None,
-    challenge_stagger: float | None,
-) -> LeadershipOptions:
-    """`options`, or one built from the separate keywords (the defaults for those not given)."""
-    given = {name: value for name, value in (
-        ("partitions", partitions), ("lease_duration", lease_duration),
-        ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
-    ) if value is not None}
-    if options is not None:
-        if given:
-            raise ValueError(f"pass either options= or {', '.join(sorted(given))}=, not both")
-        return options
-    return LeadershipOptions(**given)  # type: ignore[arg-type]
-
-
-async def acquire_leadership(
-    transport: Transport,
-    role: str,
-    member: str,
-    *,
-    options: LeadershipOptions | None = None,
-    partitions: int | None = None,
-    lease_duration: float | None = None,
-    renew_interval: float | None = None,
-    challenge_stagger: float | None = None,
-    clock: Clock | None = None,
-) -> Leadership:
-    """Register `member` for `role`, wait its turn, and take the role.
-
-    Returns once this member has committed the first lease record of its
-    tenure under a freshly minted epoch. Timing comes from `options` or from
-    the separate keywords (defaults: `LeadershipOptions`). Raises
-    `ValueError` before any I/O for a bad name or option, and
-    `StateTopicError` for a state topic the protocol cannot run on.
-
-    Cancel the call to stop waiting. A cancellation or error that arrives
-    after the epoch was minted hands it back before it propagates: no lease
-    is left live and no producer open, and no `Leadership` exists that
-    nobody holds.
-    """
-    _check_name("role", role)
-    _check_name("member", member)
-    options = resolve_options(options, partitions, lease_duration, renew_interval,
-                              challenge_stagger)
-    check = await transport.check_topic(options.partitions, options.lease_duration)
-    candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
-                           check.abort_cleanup_interval_ms)
-    return await candidate.run()
-
-
-class _Candidate:
-    """The wait-and-challenge loop of one member for one role."""
-
-    def __init__(
-        self,
-        transport: Transport,
-        role: str,
-        member: str,
-        options: LeadershipOptions,
-        clock: Clock,
-        abort_cleanup_interval_ms: int,
-    ) -> None:
-        self.transport = transport
-        self.role = role
-        self.member = member
-        self.options = options
-        self.clock = clock
-        self.abort_cleanup_interval_ms = abort_cleanup_interval_ms
-        self.partition = role_partition(role, options.partitions)
-        self.follower = PartitionFollower(transport, self.partition, role, clock)
-        self.registered_offset: int | None = None
-        self.losses = 0
-        self.not_before = 0
-        self.not_before_mark: int | None = None
-        self.stall_expired_at_lso: int | None = None
-        self.warned_shared_id = False
-
-    async def run(self) -> Leadership:
-        try:
-            await self.follower.refresh()
-            await self._register()
-            while True:
-                leadership = await self._step()
-                if leadership is not None:
-                    # No await between the Leadership's creation and this
-                    # return: nothing can cancel the caller in between.
-                    return leadership
-        except BaseException:
-            await asyncio.shield(self.follower.close())
-            raise
-
-    async def _step(self) -> Leadership | None:
-        if not self._own_registration_visible():
-            await self.follower.wait(None)
-            return None
-        state = self.follower.state()
-        self._forget_backoff_if_lease_moved(state)
-        self._warn_if_member_id_shared(state)
-        now = self.clock.now_ms()
-        step = evaluate(state, self.member, now, self.options.challenge_stagger)
-        if step.action == "register":
-            await self._register()
-        elif step.action == "wait" or now < self.not_before:
-            await self.follower.wait(max(step.at_ms, self.not_before))
-        elif step.action == "challenge":
-            return await self._challenge()
-        return None
-
-    def _own_registration_visible(self) -> bool:
-        return (
-            self.registered_offset is None
-            or self.follower.last_stable_offset > self.registered_offset
-        )
-
-    async def _register(self) -> None:
-        """Append a registration: every incarnation of a member joins at the tail."""
-        registration = Registration(self.member, self.clock.now_ms())
-        self.registered_offset = await self.transport.append(
-            self.partition,
-            encode_key(registration_key(self.role, self.member)),
-            encode_registration(registration),
-        )
-        log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
-
-    async def _challenge(self) -> Leadership | None:
-        # Never mint an epoch on a topic whose partition count changed under us.
-        check = await self.transport.check_topic(self.options.partitions,
-                                                 self.options.lease_duration)
-        self.abort_cleanup_interval_ms = check.abort_cleanup_interval_ms
-        await self.follower.refresh()
-        if await self._stalled():
-            return None
-        state = self.follower.state()
-        now = self.clock.now_ms()
-        step = evaluate(state, self.member, now, self.options.challenge_stagger)
-        if step.action != "challenge" or now < self.not_before:
-            return None
-        token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
-        began = False
-        try:
-            sent_mono = self.clock.monotonic_ms()
-            granted = self.clock.now_ms()
-            lease = Lease(self.member, token.producer_id, token.producer_epoch, granted,
-                          granted + self.options.lease_ms)
-            began = True
-            try:
-                tenure = await self._first_lease(token, lease, self._passed_over(state))
-            except FencedError:
-                began = False  # the broker refused it: no lease of ours exists
-                with contextlib.suppress(FencedError):
-                    await self.transport.release(self.role, token)
-                await self._lost(token)
-                return None
-            await self.follower.close()
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # A cancellation requested while this task ran on without
-                # suspending would only be delivered after the return, and
-                # asyncio would drop the returned Leadership: hand it back now.
-                raise asyncio.CancelledError
-        except BaseException:
-            fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
-            await _hand_back(self.transport, self.role, token, self.partition,
-                             self.options.lease_duration, tombstone=began,
-                             retire_epoch=self.clock.monotonic_ms() < fence_deadline)
-            raise
-        self.losses = 0
-        log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
-        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
-                                tenure, lease, self.options, self.clock, sent_mono)
-        leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
-        return leadership
-
-    async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
-        """Commit the tenure's first lease record and, in the same transaction,
-        the deregistrations of the members it passed over.
-
-        In one fenced transaction a winner that was itself superseded before
-        it committed deregisters nobody: its tombstones are aborted with its
-        lease, so a stale view of the roster never removes a member that has
-        since become holder.
-        """
-        txn = await self.transport.begin_transaction(self.role, token)
-        try:
-            offset = await txn.write_lease(self.partition, encode_key(lease_key(self.role)),
-                                           encode_lease(lease))
-            for member in passed:
-                await txn.write_lease(
-                    self.partition, encode_key(registration_key(self.role, member)), None
-                )
-            await txn.commit()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(txn.abort())
-            raise
-        for member in passed:
-            log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
-        return offset
-
-    def _passed_over(self, state: RoleState) -> list[str]:
-        """The members ranked ahead of this one, whose slots passed unused, and
-        the holder whose lease lapsed.
-
-        A crashed member's registration would otherwise rank ahead of every
-        live standby forever, adding a stagger to each later failover. One
-        that is only slow finds itself unregistered and registers again at
-        the tail, which is where the no-failback rule puts it anyway.
-        """
-        rank = challenger_index(state, self.member)
-        holder = state.holder if state.lease is not None else state.cleared_member
-        passed = [name for name in state.roster if name not in (holder, self.member)][:rank]
-        lapsed = state.lease.member if state.lease is not None else None
-        if lapsed is not None and lapsed in state.roster and lapsed != self.member:
-            # Its lease lapsed unrenewed. (A holder that resigned keeping its
-            # registration left a vacancy instead, and stays a candidate; a
-            # lapsed lease of this member id is this member's own past and
-            # its registration is the fresh one.)
-            passed.append(lapsed)
-        return passed
-
-    async def _stalled(self) -> bool:
-        """Hold a challenge while an open transaction hides the partition's tail.
-
-        A holder that died inside a transaction leaves the stable offset below
-        the high watermark, hiding every role's renewals on the partition. The
-        coordinator aborts that transaction once its timeout (its role's
-        lease) has passed, at its next abort cleanup pass. So wait for the
-        stable offset to pass the high watermark seen now, for at most the
-        longest lease seen on the partition plus the broker's abort cleanup
-        interval; then move this member's slot after that instant, keeping
-        rank order.
-        """
-        follower = self.follower
-        stuck_at = follower.last_stable_offset
-        if stuck_at >= follower.high_watermark or stuck_at == self.stall_expired_at_lso:
-            return False
-        seen_hw = follower.high_watermark
-        hold_ms = (max(self.options.lease_ms, follower.longest_lease_ms)
-                   + self.abort_cleanup_interval_ms)
-        give_up = self.clock.now_ms() + hold_ms
-        log.info("%s: stable offset %d below high watermark %d; holding the challenge for "
-                 "up to %d ms", self.role, stuck_at, seen_hw, hold_ms)
-        while follower.last_stable_offset < seen_hw and self.clock.now_ms() < give_up:
-            await follower.wait(give_up)
-        ended = self.clock.now_ms()
-        if follower.last_stable_offset < seen_hw:
-            self.stall_expired_at_lso = follower.last_stable_offset
-        await follower.refresh()
-        state = follower.state()
-        self._defer_to(ended + challenger_index(state, self.member) * self.options.stagger_ms,
-                       state)
-        return True
-
-    async def _lost(self, token: FencingToken) -> None:
-        """Back off after losing a challenge, so losers never fence a winner
-        that is still writing its first lease."""
-        self.losses += 1
-        fenced_at = self.clock.now_ms()
-        await self.follower.refresh()
-        state = self.follower.state()
-        backoff = min(2 ** (self.losses - 1), MAX_BACKOFF_LEASES) * self.options.lease_ms
-        rank = challenger_index(state, self.member)
-        self._defer_to(fenced_at + backoff + rank * self.options.stagger_ms, state)
-        log.info("%s: %s lost a challenge with %s (loss %d); next try at %d",
-                 self.role, self.member, token, self.losses, self.not_before)
-
-    def _defer_to(self, at_ms: int, state: RoleState) -> None:
-        self.not_before = max(self.not_before, at_ms)
-        self.not_before_mark = state.lease_offset
-
-    def _forget_backoff_if_lease_moved(self, state: RoleState) -> None:
-        if self.not_before and state.lease_offset != self.not_before_mark:
-            self.not_before = 0
-            self.not_before_mark = None
-
-    def _warn_if_member_id_shared(self, state: RoleState) -> None:
-        lease = state.lease
-        if (
-            lease is not None
-            and lease.member == self.member
-            and self.clock.now_ms() < lease.deadline
-            and not self.warned_shared_id
-        ):
-            self.warned_shared_id = True
-            log.warning(
-                "%s: a live lease names member %r under token %d:%d that this process did "
-                "not acquire: a previous incarnation, or another process with the same member "
-                "id. This member ranks last until that lease lapses; give every process its "
-                "own member id.",
-                self.role, self.member, lease.producer_id, lease.producer_epoch,
-            )
-
-
-async def _hand_back(
+async def hand_back(
     transport: Transport,
     role: str,
     token: FencingToken,
@@ -494,8 +103,8 @@ async def _hand_back(
             if tombstone and not superseded:
                 try:
                     with contextlib.suppress(FencedError):
-                        await transport.write_lease(role, held, partition,
-                                                    encode_key(lease_key(role)), None)
+                        await commit_lease(transport, role, held, partition,
+                                           encode_key(lease_key(role)), None)
                 except Exception as exc:
                     errors.append(exc)
         finally:
@@ -556,30 +165,6 @@ _TRANSITIONS: dict[TenureState, frozenset[TenureState]] = {
     TenureState.RESIGNING: frozenset({TenureState.ENDED}),
     TenureState.ENDED: frozenset(),
 }
-
-# The tenure whose transaction() body the current task runs in (resign from
-# there would wait for its own transaction).
-_IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
-    "coordination_in_transaction", default=None
-)
-
-
-class GuardedWriter:
-    """Sends records inside a guarded transaction of a `Leadership`."""
-
-    def __init__(self, leadership: Leadership, txn: GuardedTransaction) -> None:
-        self._leadership = leadership
-        self._txn = txn
-
-    async def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Add a record to the transaction; visible only if the commit succeeds."""
-        await self._leadership._bounded(self._txn.send(topic, value, key, partition))
 
 
 class Leadership:
@@ -679,20 +264,23 @@ class Leadership:
         exit when the epoch moved on or the fence deadline passed (then
         nothing sent becomes visible). A commit still unanswered at the fence
         deadline plus the fence margin raises `OutcomeUnknownError`: it may
-        yet commit. Keep it short: the coordinator aborts a transaction open
-        longer than the lease, which fences this leader.
+        yet commit. An error of the transport's begin or commit other than a
+        `TransportError` ends the tenure too (a bug is not an outage). Keep
+        it short: the coordinator aborts a transaction open longer than the
+        lease, which fences this leader.
         """
         self._check_open()
         # Waiting here is bounded by the holder: a renewal or a transaction, each
         # bounded by the end of the tenure. A plain acquire is cancellation-safe.
         await self._lock.acquire()
-        inside = _IN_TRANSACTION.set(self)
+        inside = IN_TRANSACTION.set(self)
         try:
             self._check_open()
             try:
                 txn = await self._begin()
-            except (FencedError, EpochLostError) as exc:
-                self._end(exc)
+            except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
                 raise
             try:
                 yield GuardedWriter(self, txn)
@@ -703,7 +291,7 @@ class Leadership:
                 raise
             await self._commit(txn)
         finally:
-            _IN_TRANSACTION.reset(inside)
+            IN_TRANSACTION.reset(inside)
             self._lock.release()
 
     async def resign(self, *, deregister: bool = True) -> None:
@@ -728,7 +316,7 @@ class Leadership:
         `InvalidStateError` when called inside this tenure's `transaction()`.
         Cancelling the call does not stop the hand-back.
         """
-        if _IN_TRANSACTION.get() is self:
+        if IN_TRANSACTION.get() is self:
             raise InvalidStateError(
                 f"{self.role}: resign() was called inside this tenure's transaction(); it "
                 "would wait for that transaction forever: leave the transaction first"
@@ -744,7 +332,7 @@ class Leadership:
         try:
             async with self._lock:
                 await self._stop_tasks()
-                errors += await _hand_back(
+                errors += await hand_back(
                     self._transport, self.role, self.token, self.partition,
                     self.options.lease_duration, tombstone=True,
                     retire_epoch=self._clock.monotonic_ms() < self.fence_deadline_monotonic,
@@ -802,8 +390,9 @@ class Leadership:
             await self._commit_within_tenure(txn)
         except OutcomeUnknownError:
             raise  # the commit is in flight: there is nothing left to abort
-        except (FencedError, EpochLostError) as exc:
-            self._end(exc)
+        except Exception as exc:
+            if not retryable(exc):
+                self._end(exc)  # fenced, out of time, or a bug of the transport
             await self._abort_quietly(txn)
             raise
         except BaseException:
@@ -843,17 +432,26 @@ class Leadership:
     async def _abort_quietly(self, txn: GuardedTransaction) -> None:
         """Abort, bounded by the end of the tenure; best effort.
 
-        Once the tenure has ended, the abort is not sent: the coordinator
-        aborts the transaction itself (its epoch is superseded, or it times
-        out), and a broker that may be gone would hold a cancelled function
-        past its tenure.
+        Once the tenure has ended, the abort is not sent: a broker that may
+        be gone would hold a cancelled function past its tenure. The
+        transaction is abandoned instead: the producer aborts it before its
+        next transaction, so the hand-back's tombstone can still be written
+        (otherwise the producer refuses it as a second open transaction and
+        the lease has to lapse), and the coordinator aborts it at its
+        timeout if nothing comes next.
         """
         if self._state is TenureState.ENDED:
+            txn.abandon()
             return
         try:
             await self._bounded(txn.abort())
-        except Exception as exc:  # the tenure may be over already; the abort is best effort
+        except CoordinationError as exc:  # the tenure may be over already: best effort
             log.debug("%s: abort after a failed transaction: %r", self.role, exc)
+        except Exception as exc:
+            # A bug of the transport: the transaction may still be open, hiding
+            # the partition's tail. End the tenure; the caller's error goes on.
+            log.error("%s: aborting a failed transaction raised %r", self.role, exc)
+            self._end(exc)
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
         """Await `awaitable`, but raise `FencedError` once the tenure ends."""
@@ -904,9 +502,12 @@ class Leadership:
             await self._renew()
 
     async def _renew(self) -> None:
-        """Write the next lease record, retrying until the fence deadline.
+        """Write the next lease record, retrying a `TransportError` until the
+        fence deadline.
 
-        A renewal due while a guarded transaction is open rides inside it.
+        A renewal due while a guarded transaction is open rides inside it. Any
+        other error ends the tenure at once with it in `err`: a bug in a
+        transport is not an outage to wait out.
         """
         due = self._clock.monotonic_ms()
         self._renewal_due = True
@@ -917,15 +518,16 @@ class Leadership:
                         return
                     lease = self._next_lease()
                     sent = self._clock.monotonic_ms()
-                    await self._transport.write_lease(
-                        self.role, self.token, self.partition, self._key, encode_lease(lease)
+                    await commit_lease(
+                        self._transport, self.role, self.token, self.partition, self._key,
+                        encode_lease(lease),
                     )
                     self._renewed(lease, sent)
                     return
-            except (FencedError, EpochLostError) as exc:
-                self._end(exc)
-                return
             except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
+                    return
                 log.warning("%s: renewal failed, retrying until the fence deadline: %r",
                             self.role, exc)
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
@@ -944,7 +546,9 @@ class Leadership:
         """Re-check the state topic while leading; a changed partition count ends the tenure.
 
         Another partition count would send new members of this role to
-        another partition, splitting its order: stop and tell the operator.
+        another partition, splitting its order: stop and tell the operator. A
+        `TransportError` only postpones the check; any other error ends the
+        tenure.
         """
         while not self.done.done():
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
@@ -953,9 +557,10 @@ class Leadership:
                 await self._transport.check_topic(
                     self.options.partitions, self.options.lease_duration
                 )
-            except StateTopicError as exc:
-                self._end(exc)
             except Exception as exc:
+                if not retryable(exc):
+                    self._end(exc)
+                    return
                 log.warning("%s: could not re-check the state topic: %r", self.role, exc)
 
     async def _stop_tasks(self) -> None:

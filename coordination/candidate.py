@@ -1,0 +1,321 @@
+"""Standing for a role: registering, waiting one's turn and challenging.
+
+`acquire_leadership` registers the member, waits its turn by tailing the
+role's partition, challenges (InitProducerId, then the first lease record)
+and returns a `Leadership` that renews in the background. Safety comes from
+the broker: every write of a `Leadership` goes through the producer its
+epoch binds, and a superseded epoch's writes are rejected. The lease and the
+fence deadline only time failover and bound side effects the broker cannot
+guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from coordination.clock import Clock, SystemClock
+from coordination.errors import FencedError
+from coordination.evaluate import challenger_index, evaluate
+from coordination.follower import PartitionFollower
+from coordination.options import LeadershipOptions, check_name, resolve_options
+from coordination.partition import role_partition
+from coordination.records import (
+    Lease,
+    Registration,
+    encode_key,
+    encode_lease,
+    encode_registration,
+    lease_key,
+    registration_key,
+)
+from coordination.state import RoleState
+from coordination.tenure import Leadership, hand_back
+from coordination.token import FencingToken
+from coordination.transport import Transport
+
+__all__ = ["acquire_leadership"]
+
+log = logging.getLogger("coordination.leadership")
+
+MAX_BACKOFF_LEASES = 8
+
+
+async def acquire_leadership(
+    transport: Transport,
+    role: str,
+    member: str,
+    *,
+    options: LeadershipOptions | None = None,
+    partitions: int | None = None,
+    lease_duration: float | None = None,
+    renew_interval: float | None = None,
+    challenge_stagger: float | None = None,
+    clock: Clock | None = None,
+) -> Leadership:
+    """Register `member` for `role`, wait its turn, and take the role.
+
+    Returns once this member has committed the first lease record of its
+    tenure under a freshly minted epoch. Timing comes from `options` or from
+    the separate keywords (defaults: `LeadershipOptions`). Raises
+    `ValueError` before any I/O for a bad name or option, and
+    `StateTopicError` for a state topic the protocol cannot run on.
+
+    Cancel the call to stop waiting. A cancellation or error that arrives
+    after the epoch was minted hands it back before it propagates: no lease
+    is left live and no producer open, and no `Leadership` exists that
+    nobody holds.
+    """
+    check_name("role", role)
+    check_name("member", member)
+    options = resolve_options(options, partitions, lease_duration, renew_interval,
+                              challenge_stagger)
+    check = await transport.check_topic(options.partitions, options.lease_duration)
+    candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
+                           check.abort_cleanup_interval_ms)
+    return await candidate.run()
+
+
+class _Candidate:
+    """The wait-and-challenge loop of one member for one role."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        role: str,
+        member: str,
+        options: LeadershipOptions,
+        clock: Clock,
+        abort_cleanup_interval_ms: int,
+    ) -> None:
+        self.transport = transport
+        self.role = role
+        self.member = member
+        self.options = options
+        self.clock = clock
+        self.abort_cleanup_interval_ms = abort_cleanup_interval_ms
+        self.partition = role_partition(role, options.partitions)
+        self.follower = PartitionFollower(transport, self.partition, role, clock)
+        self.registered_offset: int | None = None
+        self.losses = 0
+        self.not_before = 0
+        self.not_before_mark: int | None = None
+        self.stall_expired_at_lso: int | None = None
+        self.warned_shared_id = False
+
+    async def run(self) -> Leadership:
+        try:
+            await self.follower.refresh()
+            await self._register()
+            while True:
+                leadership = await self._step()
+                if leadership is not None:
+                    # No await between the Leadership's creation and this
+                    # return: nothing can cancel the caller in between.
+                    return leadership
+        except BaseException:
+            await asyncio.shield(self.follower.close())
+            raise
+
+    async def _step(self) -> Leadership | None:
+        if not self._own_registration_visible():
+            await self.follower.wait(None)
+            return None
+        state = self.follower.state()
+        self._forget_backoff_if_lease_moved(state)
+        self._warn_if_member_id_shared(state)
+        now = self.clock.now_ms()
+        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        if step.action == "register":
+            await self._register()
+        elif step.action == "wait" or now < self.not_before:
+            await self.follower.wait(max(step.at_ms, self.not_before))
+        elif step.action == "challenge":
+            return await self._challenge()
+        return None
+
+    def _own_registration_visible(self) -> bool:
+        return (
+            self.registered_offset is None
+            or self.follower.last_stable_offset > self.registered_offset
+        )
+
+    async def _register(self) -> None:
+        """Append a registration: every incarnation of a member joins at the tail."""
+        registration = Registration(self.member, self.clock.now_ms())
+        self.registered_offset = await self.transport.append(
+            self.partition,
+            encode_key(registration_key(self.role, self.member)),
+            encode_registration(registration),
+        )
+        log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
+
+    async def _challenge(self) -> Leadership | None:
+        # Never mint an epoch on a topic whose partition count changed under us.
+        check = await self.transport.check_topic(self.options.partitions,
+                                                 self.options.lease_duration)
+        self.abort_cleanup_interval_ms = check.abort_cleanup_interval_ms
+        await self.follower.refresh()
+        if await self._stalled():
+            return None
+        state = self.follower.state()
+        now = self.clock.now_ms()
+        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        if step.action != "challenge" or now < self.not_before:
+            return None
+        token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
+        began = False
+        try:
+            sent_mono = self.clock.monotonic_ms()
+            granted = self.clock.now_ms()
+            lease = Lease(self.member, token.producer_id, token.producer_epoch, granted,
+                          granted + self.options.lease_ms)
+            began = True
+            try:
+                tenure = await self._first_lease(token, lease, self._passed_over(state))
+            except FencedError:
+                began = False  # the broker refused it: no lease of ours exists
+                with contextlib.suppress(FencedError):
+                    await self.transport.release(self.role, token)
+                await self._lost(token)
+                return None
+            await self.follower.close()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A cancellation requested while this task ran on without
+                # suspending would only be delivered after the return, and
+                # asyncio would drop the returned Leadership: hand it back now.
+                raise asyncio.CancelledError
+        except BaseException:
+            fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
+            await hand_back(self.transport, self.role, token, self.partition,
+                             self.options.lease_duration, tombstone=began,
+                             retire_epoch=self.clock.monotonic_ms() < fence_deadline)
+            raise
+        self.losses = 0
+        log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
+        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
+                                tenure, lease, self.options, self.clock, sent_mono)
+        leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
+        return leadership
+
+    async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
+        """Commit the tenure's first lease record and, in the same transaction,
+        the deregistrations of the members it passed over.
+
+        In one fenced transaction a winner that was itself superseded before
+        it committed deregisters nobody: its tombstones are aborted with its
+        lease, so a stale view of the roster never removes a member that has
+        since become holder.
+        """
+        txn = await self.transport.begin_transaction(self.role, token)
+        try:
+            offset = await txn.write_lease(self.partition, encode_key(lease_key(self.role)),
+                                           encode_lease(lease))
+            for member in passed:
+                await txn.write_lease(
+                    self.partition, encode_key(registration_key(self.role, member)), None
+                )
+            await txn.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(txn.abort())
+            raise
+        for member in passed:
+            log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
+        return offset
+
+    def _passed_over(self, state: RoleState) -> list[str]:
+        """The members ranked ahead of this one, whose slots passed unused, and
+        the holder whose lease lapsed.
+
+        A crashed member's registration would otherwise rank ahead of every
+        live standby forever, adding a stagger to each later failover. One
+        that is only slow finds itself unregistered and registers again at
+        the tail, which is where the no-failback rule puts it anyway.
+        """
+        rank = challenger_index(state, self.member)
+        holder = state.holder if state.lease is not None else state.cleared_member
+        passed = [name for name in state.roster if name not in (holder, self.member)][:rank]
+        lapsed = state.lease.member if state.lease is not None else None
+        if lapsed is not None and lapsed in state.roster and lapsed != self.member:
+            # Its lease lapsed unrenewed. (A holder that resigned keeping its
+            # registration left a vacancy instead, and stays a candidate; a
+            # lapsed lease of this member id is this member's own past and
+            # its registration is the fresh one.)
+            passed.append(lapsed)
+        return passed
+
+    async def _stalled(self) -> bool:
+        """Hold a challenge while an open transaction hides the partition's tail.
+
+        A holder that died inside a transaction leaves the stable offset below
+        the high watermark, hiding every role's renewals on the partition. The
+        coordinator aborts that transaction once its timeout (its role's
+        lease) has passed, at its next abort cleanup pass. So wait for the
+        stable offset to pass the high watermark seen now, for at most the
+        longest lease seen on the partition plus the broker's abort cleanup
+        interval; then move this member's slot after that instant, keeping
+        rank order.
+        """
+        follower = self.follower
+        stuck_at = follower.last_stable_offset
+        if stuck_at >= follower.high_watermark or stuck_at == self.stall_expired_at_lso:
+            return False
+        seen_hw = follower.high_watermark
+        hold_ms = (max(self.options.lease_ms, follower.longest_lease_ms)
+                   + self.abort_cleanup_interval_ms)
+        give_up = self.clock.now_ms() + hold_ms
+        log.info("%s: stable offset %d below high watermark %d; holding the challenge for "
+                 "up to %d ms", self.role, stuck_at, seen_hw, hold_ms)
+        while follower.last_stable_offset < seen_hw and self.clock.now_ms() < give_up:
+            await follower.wait(give_up)
+        ended = self.clock.now_ms()
+        if follower.last_stable_offset < seen_hw:
+            self.stall_expired_at_lso = follower.last_stable_offset
+        await follower.refresh()
+        state = follower.state()
+        self._defer_to(ended + challenger_index(state, self.member) * self.options.stagger_ms,
+                       state)
+        return True
+
+    async def _lost(self, token: FencingToken) -> None:
+        """Back off after losing a challenge, so losers never fence a winner
+        that is still writing its first lease."""
+        self.losses += 1
+        fenced_at = self.clock.now_ms()
+        await self.follower.refresh()
+        state = self.follower.state()
+        backoff = min(2 ** (self.losses - 1), MAX_BACKOFF_LEASES) * self.options.lease_ms
+        rank = challenger_index(state, self.member)
+        self._defer_to(fenced_at + backoff + rank * self.options.stagger_ms, state)
+        log.info("%s: %s lost a challenge with %s (loss %d); next try at %d",
+                 self.role, self.member, token, self.losses, self.not_before)
+
+    def _defer_to(self, at_ms: int, state: RoleState) -> None:
+        self.not_before = max(self.not_before, at_ms)
+        self.not_before_mark = state.lease_offset
+
+    def _forget_backoff_if_lease_moved(self, state: RoleState) -> None:
+        if self.not_before and state.lease_offset != self.not_before_mark:
+            self.not_before = 0
+            self.not_before_mark = None
+
+    def _warn_if_member_id_shared(self, state: RoleState) -> None:
+        lease = state.lease
+        if (
+            lease is not None
+            and lease.member == self.member
+            and self.clock.now_ms() < lease.deadline
+            and not self.warned_shared_id
+        ):
+            self.warned_shared_id = True
+            log.warning(
+                "%s: a live lease names member %r under token %d:%d that this process did "
+                "not acquire: a previous incarnation, or another process with the same member "
+                "id. This member ranks last until that lease lapses; give every process its "
+                "own member id.",
+                self.role, self.member, lease.producer_id, lease.producer_epoch,
+            )
+

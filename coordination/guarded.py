@@ -1,0 +1,81 @@
+"""Guarded transactions: the writes a tenure makes under its token.
+
+`Leadership.transaction()` opens one; `GuardedWriter` sends into it.
+`commit_lease` is the one composition of a lease record in a transaction of
+its own (a renewal, a resignation's tombstone) from the transport's
+primitives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import TYPE_CHECKING
+
+from coordination.token import FencingToken
+from coordination.transport import GuardedTransaction, LeaseWriter
+
+if TYPE_CHECKING:
+    from coordination.tenure import Leadership
+
+__all__ = ["IN_TRANSACTION", "GuardedWriter", "commit_lease"]
+
+log = logging.getLogger("coordination.leadership")
+
+# The tenure whose transaction() body the current task runs in (resign from
+# there would wait for its own transaction).
+IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
+    "coordination_in_transaction", default=None
+)
+
+
+class GuardedWriter:
+    """Sends records inside a guarded transaction of a `Leadership`."""
+
+    def __init__(self, leadership: Leadership, txn: GuardedTransaction) -> None:
+        self._leadership = leadership
+        self._txn = txn
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Add a record to the transaction; visible only if the commit succeeds."""
+        await self._leadership._bounded(self._txn.send(topic, value, key, partition))
+
+
+async def commit_lease(
+    transport: LeaseWriter,
+    role: str,
+    token: FencingToken,
+    partition: int,
+    key: bytes,
+    value: bytes | None,
+) -> int:
+    """Commit one lease record in its own transaction of `role`'s fenced
+    producer, which must hold `token`; return the record's offset.
+
+    A cancelled write abandons its transaction without waiting (the
+    transport settles it before the producer's next transaction, or the
+    coordinator aborts it at its timeout): a cancelled caller is not held by
+    a broker that may be gone. Any other error aborts it (a no-op once it
+    ended) and is raised; an abort that fails too is only logged.
+    """
+    txn = await transport.begin_transaction(role, token)
+    try:
+        offset = await txn.write_lease(partition, key, value)
+        await txn.commit()
+    except asyncio.CancelledError:
+        txn.abandon()
+        raise
+    except BaseException:
+        try:
+            await txn.abort()
+        except Exception as exc:
+            log.debug("%s: aborting a failed lease write: %r", role, exc)
+        raise
+    return offset

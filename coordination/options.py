@@ -1,0 +1,110 @@
+"""The options of a role's candidate, and the checks of names and options.
+
+Everything here is checked before any I/O: a bad name or option is a
+`ValueError` that names the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordination import defaults
+from coordination.evaluate import stagger_ms
+from coordination.records import MAX_STRING_BYTES
+
+__all__ = ["LeadershipOptions", "check_name", "resolve_options"]
+
+MAX_FENCE_MARGIN = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipOptions:
+    """Validated timing and layout of one role's candidate.
+
+    The fence margin is min(5 s, lease/3): a leader stops trusting its lease
+    that long before the lease runs out, to cover the delay between a record
+    being sent and being written, clock error between members, and the delay
+    between the deadline passing and the leader noticing.
+    """
+
+    partitions: int = defaults.PARTITIONS
+    lease_duration: float = defaults.LEASE_DURATION
+    renew_interval: float = defaults.RENEW_INTERVAL
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be at least 1, got {self.partitions}")
+        if not self.lease_duration > 0:
+            raise ValueError(f"lease_duration must be positive, got {self.lease_duration}")
+        if not self.renew_interval > 0:
+            raise ValueError(f"renew_interval must be positive, got {self.renew_interval}")
+        if self.challenge_stagger < 0:
+            raise ValueError(
+                f"challenge_stagger must not be negative, got {self.challenge_stagger}"
+            )
+        limit = self.lease_duration - self.fence_margin
+        if not self.renew_interval < limit:
+            raise ValueError(
+                f"renew_interval ({self.renew_interval} s) must be shorter than lease_duration "
+                f"minus the fence margin ({self.lease_duration} - {self.fence_margin:.3f} = "
+                f"{limit:.3f} s), or the leader fences itself between renewals"
+            )
+
+    @property
+    def fence_margin(self) -> float:
+        """How long before the lease runs out the leader stops trusting it."""
+        return min(MAX_FENCE_MARGIN, self.lease_duration / 3)
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease duration in milliseconds."""
+        return round(self.lease_duration * 1000)
+
+    @property
+    def renew_ms(self) -> int:
+        """The renew interval in milliseconds."""
+        return round(self.renew_interval * 1000)
+
+    @property
+    def margin_ms(self) -> int:
+        """The fence margin in milliseconds."""
+        return round(self.fence_margin * 1000)
+
+    @property
+    def stagger_ms(self) -> int:
+        """The challenge stagger in milliseconds, rounded half up."""
+        return stagger_ms(self.challenge_stagger)
+
+
+def check_name(kind: str, name: str) -> None:
+    """Refuse an empty, unencodable or oversized name (`kind` is "role" or "member")."""
+    if not name:
+        raise ValueError(f"the {kind} must not be empty")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the {kind} is not encodable as UTF-8: {exc.reason} "
+                         f"at position {exc.start}") from None
+    if size > MAX_STRING_BYTES:
+        raise ValueError(f"the {kind} is {size} UTF-8 bytes, over the limit of 32767")
+
+
+def resolve_options(
+    options: LeadershipOptions | None,
+    partitions: int | None,
+    lease_duration: float | None,
+    renew_interval: float | None,
+    challenge_stagger: float | None,
+) -> LeadershipOptions:
+    """`options`, or one built from the separate keywords (the defaults for those not given)."""
+    given = {name: value for name, value in (
+        ("partitions", partitions), ("lease_duration", lease_duration),
+        ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
+    ) if value is not None}
+    if options is not None:
+        if given:
+            raise ValueError(f"pass either options= or {', '.join(sorted(given))}=, not both")
+        return options
+    return LeadershipOptions(**given)  # type: ignore[arg-type]
+
