@@ -117,6 +117,15 @@ def test_a_broken_dockerfile_is_rejected(tmp_path, edit, rule):
     assert any(rule in p for p in problems), problems
 
 
+def test_a_missing_validator_is_an_error_that_says_how_to_install_it(tmp_path, monkeypatch):
+    # A gate that cannot run must fail, not pass or skip.
+    monkeypatch.setattr(validate.sysconfig, "get_path", lambda name: str(tmp_path))
+    with pytest.raises(validate.ToolMissing, match=r"hadolint is not installed .*make venv"):
+        validate.dockerfile_problems()
+    with pytest.raises(validate.ToolMissing, match="check-jsonschema"):
+        validate.compose_problems()
+
+
 def test_the_compose_file_matches_the_compose_specification():
     assert validate.compose_problems() == []
 
