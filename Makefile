@@ -9,7 +9,7 @@ KAFKA  := $(PY) deploy/kafka/kafka.py
 KAFKA_DIR  ?= .cache/kafka/local
 KAFKA_PORT ?= 9092
 
-.PHONY: run test lint typecheck unit integration venv kafka-jars browser kafka-up kafka-down kafka-status clean
+.PHONY: run test lint typecheck unit integration deploy-check venv kafka-jars browser kafka-up kafka-down kafka-status clean
 
 # RUN_ARGS: more options of deploy/run.py (--web-port, --run-dir, --partitions, --workers).
 run: venv kafka-jars
@@ -25,6 +25,11 @@ unit: venv lint typecheck
 
 integration: venv kafka-jars
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+# The deploy files against the Kubernetes schemas, hadolint and the Compose
+# Specification, offline (the unit tests run the same checks; docs/deploy.md).
+deploy-check: venv
+	$(PY) deploy/validate.py
 
 lint: venv
 	$(PY) -m ruff check .
