@@ -54,12 +54,13 @@ change's signal (or start) to that instant. Then it asserts:
 3. **No two functions of a role ran at once**: in the tenures file no
    function of a role starts before the previous one has stopped, and
    functions start in tenure order.
-4. **The events topic tells the state topic's story**: the ``elected``
-   events of ``coordination-leadership-changes`` (read_committed, deduped by
-   ``(role, kind, offset)``) name exactly the tenures of the state topic
-   (role, tenure offset, token, member; a tenure is the offset of the first
-   lease record of its token), and every function that started ran under
-   one of those tenures. The fold may lag a rebalance, so this is polled up
+4. **The events topic tells the state topic's story**: the ``elected`` and
+   ``resigned`` events of ``coordination-leadership-changes`` (read_committed,
+   deduped by ``(role, kind, offset)``) are exactly the state topic's tenures
+   (the first lease record of each token: role, tenure offset, token,
+   member) and its lease tombstones that cleared a lease (with the cleared
+   tenure, token and member, at the tombstone's offset); and every function
+   that started ran under one of those tenures. The fold may lag a rebalance, so this is polled up
    to `AGREE_WITHIN` s before it counts as a disagreement.
 5. **Every live worker's web view agrees** (part of settling, above).
 
@@ -192,6 +193,8 @@ class ChangeResult:
     started: int
     charged_gaps: dict[str, float]
     raw_gaps: dict[str, float]
+    exit_s: float | None = None
+    """Seconds from the SIGTERM until the worker had exited (stops and restarts)."""
     findings: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -199,7 +202,8 @@ class ChangeResult:
         raw = max(self.raw_gaps.values(), default=0.0)
         return (f"#{self.index:2d} {self.kind:13s} {self.target:6s} (led {self.held_by_target}) "
                 f"settled in {self.settle_s:6.1f} s, {self.started} tenures started, "
-                f"max gap {raw:5.2f} s (charged {charged:4.2f} s)"
+                + ("" if self.exit_s is None else f"exited in {self.exit_s:4.1f} s, ")
+                + f"max gap {raw:5.2f} s (charged {charged:4.2f} s)"
                 + "".join(f"\n    FINDING: {f}" for f in self.findings))
 
 
@@ -250,34 +254,52 @@ async def _read(bootstrap: str, topic: str, partitions: Sequence[int],
         await consumer.stop()
 
 
-def state_tenures(records: Sequence[Any]) -> set[tuple[str, int, int, int, str]]:
-    """``(role, tenure, producer_id, producer_epoch, member)`` of every tenure in the
-    state topic: the first lease record of each token (the library's tenure rule)."""
-    first: dict[tuple[str, int, int], tuple[int, str]] = {}
+Story = set[tuple[str, str, int, int, int, str, int]]
+"""``(kind, role, tenure, producer_id, producer_epoch, member, offset)`` per
+``elected`` or ``resigned``; `offset` is the source record's in the state topic."""
+
+
+def state_story(records: Sequence[Any]) -> Story:
+    """What the state topic says happened to the roles' leases: each tenure's
+    first lease record (its token's first, the library's tenure rule) and each
+    lease tombstone that cleared a lease. `records` in offset order per partition."""
+    story: Story = set()
+    tenures: dict[tuple[str, int, int], int] = {}
+    current: dict[str, tuple[int, Any]] = {}  # role -> (tenure, lease) until cleared
     for record in records:
         try:
             key = decode_key(record.key or b"")
         except ValueError:
             continue
-        if key.kind != Kind.LEASE or key.role not in ROLE_NAMES or not record.value:
+        if key.kind != Kind.LEASE or key.role not in ROLE_NAMES:
+            continue
+        if not record.value:
+            if key.role in current:
+                tenure, lease = current.pop(key.role)
+                story.add(("resigned", key.role, tenure, lease.producer_id,
+                           lease.producer_epoch, lease.member, record.offset))
             continue
         lease = decode_lease(record.value)
-        first.setdefault((key.role, lease.producer_id, lease.producer_epoch),
-                         (record.offset, lease.member))
-    return {(role, offset, pid, epoch, member)
-            for (role, pid, epoch), (offset, member) in first.items()}
+        token = (key.role, lease.producer_id, lease.producer_epoch)
+        if token not in tenures:
+            tenures[token] = record.offset
+            story.add(("elected", key.role, record.offset, lease.producer_id,
+                       lease.producer_epoch, lease.member, record.offset))
+        current[key.role] = (tenures[token], lease)
+    return story
 
 
-def elected_events(records: Sequence[Any]) -> set[tuple[str, int, int, int, str]]:
-    """The same tuples, from the ``elected`` events (deduped by role, kind, offset)."""
-    seen: set[tuple[str, int, int, int, str]] = set()
+def event_story(records: Sequence[Any]) -> Story:
+    """The same, from the ``elected`` and ``resigned`` events (a repeat counts once,
+    as a subscriber deduping by role, kind and offset sees it)."""
+    story: Story = set()
     for record in records:
         event = json.loads(record.value)
-        if event["kind"] == "elected" and event["role"] in ROLE_NAMES:
+        if event["kind"] in ("elected", "resigned") and event["role"] in ROLE_NAMES:
             token = event["token"]
-            seen.add((event["role"], event["tenure"], token["producer_id"],
-                      token["producer_epoch"], event["member"]))
-    return seen
+            story.add((event["kind"], event["role"], event["tenure"], token["producer_id"],
+                       token["producer_epoch"], event["member"], event["offset"]))
+    return story
 
 
 def role_states(records: Sequence[Any]) -> dict[str, RoleState]:
@@ -418,10 +440,11 @@ class GroupChangeRun:
         self.live[port] = worker
         return worker
 
-    def _terminate(self, worker: AppWorker) -> None:
+    def _terminate(self, worker: AppWorker) -> float:
+        """SIGTERM `worker` and reap it; the seconds it took to exit."""
         self.stopping.add(worker.pid)
         try:
-            worker.stop(STOP_TIMEOUT)
+            took = worker.stop(STOP_TIMEOUT)
         finally:
             self.exits[worker.pid] = time.monotonic_ns()
             del self.live[worker.port]
@@ -429,6 +452,7 @@ class GroupChangeRun:
             raise GroupChangeFailure(
                 f"worker {worker.port} (pid {worker.pid}) exited with status "
                 f"{worker.process.returncode} after SIGTERM:\n{crash_lines(worker)}")
+        return took
 
     def _kill(self, worker: AppWorker) -> None:
         self.stopping.add(worker.pid)
@@ -474,20 +498,21 @@ class GroupChangeRun:
         port = pick(sorted(led), key=lambda p: led[p])
         worker = self.live[port]
         began = time.monotonic_ns()
+        exit_s = None
         if kind == "kill-restart":
             self._kill(worker)
         else:
-            self._terminate(worker)
+            exit_s = self._terminate(worker)
         if kind == "restart-late":
             time.sleep(SESSION_TIMEOUT + 1.0)  # the fault itself: absent past the session
         if kind in ("restart", "restart-late", "kill-restart"):
             self._start(port)
-        return self._settled(index, kind, str(port), led[port], began)
+        return self._settled(index, kind, str(port), led[port], began, exit_s)
 
     # --- settling and the checks -------------------------------------------------------
 
-    def _settled(self, index: int, kind: str, target: str, held: int,
-                 began: int) -> ChangeResult:
+    def _settled(self, index: int, kind: str, target: str, held: int, began: int,
+                 exit_s: float | None = None) -> ChangeResult:
         deadline = time.monotonic() + SETTLE_WITHIN
         why = "not asked yet"
         while True:
@@ -503,7 +528,8 @@ class GroupChangeRun:
                                          f"in {SETTLE_WITHIN:g} s: {why}")
             time.sleep(POLL)
         settled = time.monotonic_ns()
-        result = ChangeResult(index, kind, target, held, (settled - began) / 1e9, 0, {}, {})
+        result = ChangeResult(index, kind, target, held, (settled - began) / 1e9, 0, {}, {},
+                              exit_s)
         tenures = self.tenures()
         result.started = sum(1 for t in tenures if began <= t.start_ns <= settled)
         for name in ROLE_NAMES:
@@ -578,19 +604,22 @@ class GroupChangeRun:
         partitions = [role_partition(n, PARTITIONS) for n in ROLE_NAMES]
         deadline = time.monotonic() + AGREE_WITHIN
         while True:
-            state = state_tenures(asyncio.run(_read(
+            state = state_story(asyncio.run(_read(
                 self.group.bootstrap, self.group.state_topic, partitions)))
-            events = elected_events(asyncio.run(_read(
+            events = event_story(asyncio.run(_read(
                 self.group.bootstrap, self.group.events_topic, partitions)))
+            elected = {(role, tenure, pid, epoch, member)
+                       for kind, role, tenure, pid, epoch, member, _ in state
+                       if kind == "elected"}
             ran = {(t.role, t.tenure, *t.token, t.member) for t in tenures}
             found = []
             if state != events:
-                found.append(f"elected events and state tenures differ: only in the state "
+                found.append(f"the events and the state topic differ: only in the state "
                              f"{sorted(state - events)}, only in the events "
                              f"{sorted(events - state)}")
-            if not ran <= state:
+            if not ran <= elected:
                 found.append(f"functions ran under tenures the state topic lacks: "
-                             f"{sorted(ran - state)}")
+                             f"{sorted(ran - elected)}")
             if not found or time.monotonic() > deadline:
                 return found
             time.sleep(POLL)
@@ -727,7 +756,8 @@ def run_sequence(bootstrap: str, folder: Path, workers: int, script: Sequence[st
         settle_median_s=settles[len(settles) // 2], settle_max_s=settles[-1],
         crashes=crashes,
         overlaps=sum(1 for f in run.findings if f.startswith(("overlap", "tenure order"))),
-        disagreements=sum(1 for f in run.findings if "differ" in f or "lacks" in f),
+        disagreements=sum(1 for f in run.findings
+                          if any(word in f for word in ("differ", "lacks", "/roles/ shows"))),
         fenced_tenures=len(fences), history=history, findings=run.findings,
         took_s=time.monotonic() - began, results=run.results,
     )
