@@ -318,8 +318,12 @@ def overlaps(tenures: Sequence[Tenure]) -> list[str]:
         runs = sorted((t for t in tenures if t.role == name), key=lambda t: t.start_ns)
         for i, later in enumerate(runs):
             for earlier in runs[:i]:
-                if earlier.stop_ns is None or earlier.stop_ns > later.start_ns:
-                    found.append(f"overlap: {earlier.describe()} / {later.describe()}")
+                if earlier.stop_ns is None:
+                    found.append(f"overlap (the earlier still runs): {earlier.describe()} / "
+                                 f"{later.describe()}")
+                elif earlier.stop_ns > later.start_ns:
+                    found.append(f"overlap of {(earlier.stop_ns - later.start_ns) / 1e6:.0f} ms:"
+                                 f" {earlier.describe()} / {later.describe()}")
             if i and runs[i - 1].tenure >= later.tenure:
                 found.append(f"tenure order: {runs[i - 1].describe()} then {later.describe()}")
     return found
@@ -433,7 +437,10 @@ class GroupChangeRun:
             try:
                 worker.stop(STOP_TIMEOUT)
             except AssertionError as error:
-                self.log(f"at the end: {error}")
+                self.findings.append(f"at the end: {error}")
+        self.findings += [f"worker {w.port} (pid {w.pid}) exited with status "
+                          f"{w.process.returncode} after the final SIGTERM:\n{crash_lines(w)}"
+                          for w in self.live.values() if w.process.returncode != 0]
 
     def _start(self, port: int) -> AppWorker:
         worker = self.group.start(port, app_module=APP_MODULE)
@@ -739,9 +746,10 @@ def run_sequence(bootstrap: str, folder: Path, workers: int, script: Sequence[st
             crashes += "exited" in str(failure)
             run.findings.append(str(failure))
             log(f"FAILURE: {failure}")
-        run.findings += [f for f in overlaps(run.tenures()) if f not in run.findings]
-        history = run.history()
-        fences = run.fences()
+    # Every worker has stopped: the tenures file and the journals are complete.
+    run.findings += [f for f in overlaps(run.tenures()) if f not in run.findings]
+    history = run.history()
+    fences = run.fences()
     for line in fences:
         log(f"  fenced: {line}")
     changes = [r for r in run.results if r.index > 0]

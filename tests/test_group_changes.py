@@ -47,13 +47,15 @@ def test_runs_that_follow_each_other_do_not_overlap():
 
 
 def test_a_run_starting_before_the_previous_one_stopped_is_an_overlap():
-    found = overlaps([_run(1, 10, 0, 100), _run(2, 20, 99, 200)])
+    found = overlaps([_run(1, 10, 0, 100_000_000), _run(2, 20, 99_600_000, 200_000_000)])
     assert len(found) == 1
-    assert found[0].startswith("overlap: gc.alpha tenure 10")
+    assert found[0].startswith("overlap of 0 ms: gc.alpha tenure 10")
 
 
 def test_a_run_still_running_overlaps_every_later_one():
-    assert len(overlaps([_run(1, 10, 0, None), _run(2, 20, 500, 600)])) == 1
+    found = overlaps([_run(1, 10, 0, None), _run(2, 20, 500, 600)])
+    assert len(found) == 1
+    assert found[0].startswith("overlap (the earlier still runs)")
 
 
 def test_runs_out_of_tenure_order_are_reported():
