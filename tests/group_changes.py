@@ -313,19 +313,28 @@ def role_states(records: Sequence[Any]) -> dict[str, RoleState]:
 
 def overlaps(tenures: Sequence[Tenure]) -> list[str]:
     """Runs of one role that overlap in time, or start out of tenure order."""
-    found = []
+    return list(overlapping(tenures).values())
+
+
+def overlapping(tenures: Sequence[Tenure]) -> dict[tuple[Any, ...], str]:
+    """`overlaps`, each keyed by the two runs it names (a report names a run still
+    running differently once it has stopped; the key stays)."""
+    found: dict[tuple[Any, ...], str] = {}
     for name in ROLE_NAMES:
         runs = sorted((t for t in tenures if t.role == name), key=lambda t: t.start_ns)
         for i, later in enumerate(runs):
+            pair = (name, later.pid, later.tenure)
             for earlier in runs[:i]:
+                key = ("overlap", earlier.pid, earlier.tenure, *pair)
                 if earlier.stop_ns is None:
-                    found.append(f"overlap (the earlier still runs): {earlier.describe()} / "
-                                 f"{later.describe()}")
+                    found[key] = (f"overlap (the earlier still runs): {earlier.describe()} / "
+                                  f"{later.describe()}")
                 elif earlier.stop_ns > later.start_ns:
-                    found.append(f"overlap of {(earlier.stop_ns - later.start_ns) / 1e6:.0f} ms:"
-                                 f" {earlier.describe()} / {later.describe()}")
+                    found[key] = (f"overlap of {(earlier.stop_ns - later.start_ns) / 1e6:.0f} "
+                                  f"ms: {earlier.describe()} / {later.describe()}")
             if i and runs[i - 1].tenure >= later.tenure:
-                found.append(f"tenure order: {runs[i - 1].describe()} then {later.describe()}")
+                found[("order", runs[i - 1].pid, runs[i - 1].tenure, *pair)] = (
+                    f"tenure order: {runs[i - 1].describe()} then {later.describe()}")
     return found
 
 
@@ -414,6 +423,7 @@ class GroupChangeRun:
         """pid -> CLOCK_MONOTONIC ns at which the run had reaped it."""
         self.results: list[ChangeResult] = []
         self.findings: list[str] = []
+        self.overlaps_reported: set[tuple[Any, ...]] = set()
         self.log = log
         self.bound = LEASE + STAGGER * pool
         self.sampler = Sampler(lambda: [w for w in list(self.live.values())
@@ -471,6 +481,7 @@ class GroupChangeRun:
         for worker in list(self.live.values()):
             if not worker.alive():
                 self.exits[worker.pid] = time.monotonic_ns()
+                del self.live[worker.port]
                 raise GroupChangeFailure(
                     f"worker {worker.port} (pid {worker.pid}) exited with status "
                     f"{worker.process.returncode} on its own:\n{crash_lines(worker)}")
@@ -552,8 +563,10 @@ class GroupChangeRun:
                         f"{name} had no leader for {charged / 1e9:.2f} s with a candidate "
                         f"available (bound {self.bound:g} s + {tolerance / 1e9:.2f} s): "
                         f"CLOCK_MONOTONIC {start}..{end}")
-        seen = set(self.findings)
-        result.findings += [f for f in overlaps(tenures) if f not in seen]
+        for key, text in overlapping(tenures).items():
+            if key not in self.overlaps_reported:
+                self.overlaps_reported.add(key)
+                result.findings.append(text)
         result.findings += self._disagreements(tenures)
         self._since = settled
         self.findings += result.findings
@@ -747,7 +760,8 @@ def run_sequence(bootstrap: str, folder: Path, workers: int, script: Sequence[st
             run.findings.append(str(failure))
             log(f"FAILURE: {failure}")
     # Every worker has stopped: the tenures file and the journals are complete.
-    run.findings += [f for f in overlaps(run.tenures()) if f not in run.findings]
+    run.findings += [text for key, text in overlapping(run.tenures()).items()
+                     if key not in run.overlaps_reported]
     history = run.history()
     fences = run.fences()
     for line in fences:

@@ -30,6 +30,7 @@ from tests.group_changes import (
     check_script,
     event_story,
     holes,
+    overlapping,
     overlaps,
     run_sequence,
     state_story,
@@ -56,6 +57,14 @@ def test_a_run_still_running_overlaps_every_later_one():
     found = overlaps([_run(1, 10, 0, None), _run(2, 20, 500, 600)])
     assert len(found) == 1
     assert found[0].startswith("overlap (the earlier still runs)")
+
+
+def test_an_overlap_is_known_by_its_two_runs_before_and_after_the_earlier_one_stops():
+    running = overlapping([_run(1, 10, 0, None), _run(2, 20, 500, None)])
+    stopped = overlapping([_run(1, 10, 0, 700), _run(2, 20, 500, None)])
+    assert len(running) == 1
+    assert running.keys() == stopped.keys()
+    assert running != stopped  # the text says how long, once it is known
 
 
 def test_runs_out_of_tenure_order_are_reported():
