@@ -16,7 +16,7 @@ import contextlib
 import logging
 
 from coordination.clock import Clock, SystemClock
-from coordination.errors import FencedError
+from coordination.errors import FencedError, FormatError, TransportError
 from coordination.evaluate import challenger_index, evaluate
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions, check_name, resolve_options
@@ -24,6 +24,7 @@ from coordination.partition import role_partition
 from coordination.records import (
     Lease,
     Registration,
+    decode_lease,
     encode_key,
     encode_lease,
     encode_registration,
@@ -164,6 +165,7 @@ class _Candidate:
         step = evaluate(state, self.member, now, self.options.challenge_stagger)
         if step.action != "challenge" or now < self.not_before:
             return None
+        read_end = self.follower.last_stable_offset
         token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
         began = False
         try:
@@ -180,6 +182,7 @@ class _Candidate:
                     await self.transport.release(self.role, token)
                 await self._lost(token)
                 return None
+            predecessor_until = await self._predecessor_until(read_end, tenure, token)
             await self.follower.close()
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -198,7 +201,53 @@ class _Candidate:
         leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
                                 tenure, lease, self.options, self.clock, sent_mono)
         leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
+        leadership.predecessor_until = predecessor_until
         return leadership
+
+    async def _predecessor_until(self, read_end: int, tenure: int,
+                                 token: FencingToken) -> int | None:
+        """Until when a tenure this one superseded while it was live may run on.
+
+        A challenger decides on a read of the partition, then mints its epoch.
+        If another member's first lease commits in between (a rank-0
+        challenger that took longer than one stagger, a freshly started
+        process slow to find the coordinator), the new epoch fences a tenure
+        that has just begun, whose function runs until its next write or
+        renewal is refused: two role functions at once (seen in the worker
+        group's fault run, about 360 ms). Records between the read and this
+        tenure's first lease are looked at; the latest lease among them, if
+        another token's and still live, is that predecessor, and the runner
+        waits for its fence deadline (this member's wall clock against the
+        deadline it wrote) before it starts the function. None when there is
+        no such lease: the common case costs nothing, as no record came
+        between.
+        """
+        if tenure <= read_end:
+            return None
+        key = encode_key(lease_key(self.role))
+        try:
+            read = await self.transport.read_partition(self.partition)
+        except TransportError as exc:
+            log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
+                        "the function waits as if it had", self.role, exc)
+            return self.clock.now_ms() + self.options.lease_ms - self.options.margin_ms
+        between = [r for r in read.records if read_end <= r.offset < tenure and r.key == key]
+        if not between or not between[-1].value:
+            return None
+        try:
+            lease = decode_lease(between[-1].value)
+        except FormatError:
+            return None
+        if FencingToken(lease.producer_id, lease.producer_epoch) == token:
+            return None
+        until = lease.deadline - self.options.margin_ms
+        if until <= self.clock.now_ms():
+            return None
+        log.warning("%s: %s superseded the live tenure of %s (token %d:%d) that began after it "
+                    "last read the partition; its function starts at that tenure's fence "
+                    "deadline, in %d ms", self.role, self.member, lease.member, lease.producer_id,
+                    lease.producer_epoch, until - self.clock.now_ms())
+        return until
 
     async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
         """Commit the tenure's first lease record and, in the same transaction,

@@ -376,6 +376,12 @@ class LeaderRunner:
         return stop
 
     async def _call(self, leadership: Leadership) -> None:
+        until = leadership.predecessor_until
+        if until is not None and self.clock.now_ms() < until:
+            # This tenure fenced one that had just begun; its function stops
+            # when its next write or renewal is refused, at the latest at its
+            # fence deadline. Two functions must never run at once.
+            await self.clock.sleep_until(until)
         self.running = True
         try:
             await self.fn(leadership)

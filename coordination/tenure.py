@@ -204,6 +204,10 @@ class Leadership:
         self.on_renewed: Callable[[Lease, float], None] | None = None
         self.first_lease_latency = 0.0
         """Seconds from sending the tenure's first lease record to its commit."""
+        self.predecessor_until: int | None = None
+        """Epoch ms (this member's wall clock) until which a tenure this one
+        superseded while it was live may still run its function, or None.
+        `LeaderRunner` starts the function only then."""
         self._transport = transport
         self._clock = clock
         self._key = encode_key(lease_key(role))

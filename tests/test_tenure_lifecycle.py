@@ -104,6 +104,33 @@ class Intervals:
         return work
 
 
+async def test_a_tenure_that_fenced_one_just_begun_runs_its_function_only_after_that_ones():
+    """Rank 0 takes longer than one stagger from its slot to its first lease;
+    rank 1, which read the partition before that lease, mints the newer epoch
+    and fences a tenure that has just begun. That tenure's function runs
+    until its next renewal is refused, so the newer one starts its function
+    only at the superseded lease's fence deadline."""
+    cluster = Cluster()
+    intervals = Intervals()
+
+    def start(member: str, mint_delay_ms: int) -> LeaderRunner:
+        transport = SlowTransport(cluster.broker, acquire_epoch=mint_delay_ms)
+        runner = LeaderRunner(transport, ROLE, member, intervals.function(member),
+                              options=OPTIONS, clock=cluster.clock, stop_timeout=1.0)
+        runner.start()
+        return runner
+
+    # a's slot is its registration; b's one stagger (500 ms) later.
+    runners = {"a": start("a", 600), "b": start("b", 200)}
+    try:
+        await cluster.advance(LEASE * 2)
+        assert runners["b"].running and not runners["a"].running
+        assert intervals.starts == 2  # a led first, b fenced it: the race happened
+        assert intervals.overlaps == []
+    finally:
+        await cluster.stop_runners(*runners.values())
+
+
 async def test_a_clean_handover_never_runs_two_role_functions_at_once():
     cluster = Cluster()
     intervals = Intervals()
