@@ -28,8 +28,9 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from agents import fold, service
 from agents.events import EVENTS_TOPIC
 from agents.roles import ROLES, RoleFunction
-from app import commands, faust_patches, web
+from app import commands, faust_patches, health, web
 from app.context import Context, TransportFactory
+from app.readiness import ClusterWatch, ReadinessBounds
 from app.routing import FaustRouter
 from app.settings import Settings
 from coordination import Clock, SystemClock
@@ -174,6 +175,7 @@ def build(
     """
     app = create_app(settings, store=store)
     tables = declare(app, settings.partitions)
+    clock = clock or SystemClock()
     ctx = Context(
         settings=settings,
         app=app,
@@ -187,10 +189,14 @@ def build(
         router=FaustRouter(app, tables.role_state),
         transport_factory=transport_factory or kafka_transport_factory(settings),
         roles=ROLES if roles is None else dict(roles),
-        clock=clock or SystemClock(),
+        cluster=ClusterWatch(clock),
+        readiness=ReadinessBounds(settings.ready_cluster_timeout, settings.ready_max_fold_lag,
+                                  settings.ready_max_busy),
+        clock=clock,
     )
     fold.install(ctx)
     _subscribe_events(ctx)
+    _probe_cluster(ctx)
     service.install(ctx)
     web.install(ctx)
     commands.install(ctx)
@@ -203,6 +209,14 @@ def _raw_topic(app: faust.App, name: str, partitions: int, *, internal: bool = F
     return app.topic(name, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=internal,
                      retention=retention)
+
+
+def _probe_cluster(ctx: Context) -> None:
+    """Ask the cluster for the state topic's end on a timer, for ``GET /ready``."""
+
+    @ctx.app.timer(ctx.settings.ready_probe_interval, name="coordination-readiness-probe")
+    async def probe_cluster() -> None:
+        await health.probe(ctx)
 
 
 def _subscribe_events(ctx: Context) -> None:

@@ -64,14 +64,23 @@ class Settings:
     tick_interval: float = 1.0
     commit_interval: float = 0.2
     session_timeout: float = 10.0
+    ready_probe_interval: float = 2.0
+    ready_cluster_timeout: float = 10.0
+    ready_max_fold_lag: int = 1000
+    ready_max_busy: float = 60.0
     demo: bool = False
 
     def __post_init__(self) -> None:
         # Fail at start-up, not at the first election, on impossible timings.
-        LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
-                          self.challenge_stagger)
+        self.leadership_options  # noqa: B018  (validates)
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
+        if not 0 < self.ready_probe_interval < self.ready_cluster_timeout:
+            raise ValueError(
+                f"COORDINATION_READY_PROBE_INTERVAL ({self.ready_probe_interval} s) must be "
+                f"positive and below COORDINATION_READY_CLUSTER_TIMEOUT "
+                f"({self.ready_cluster_timeout} s), or a healthy worker turns unready "
+                "between two probes")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +108,13 @@ class Settings:
             tick_interval=_float(env, "COORDINATION_TICK_INTERVAL", default.tick_interval),
             commit_interval=_float(env, "COORDINATION_COMMIT_INTERVAL", default.commit_interval),
             session_timeout=_float(env, "COORDINATION_SESSION_TIMEOUT", default.session_timeout),
+            ready_probe_interval=_float(env, "COORDINATION_READY_PROBE_INTERVAL",
+                                        default.ready_probe_interval),
+            ready_cluster_timeout=_float(env, "COORDINATION_READY_CLUSTER_TIMEOUT",
+                                         default.ready_cluster_timeout),
+            ready_max_fold_lag=_int(env, "COORDINATION_READY_MAX_FOLD_LAG",
+                                    default.ready_max_fold_lag),
+            ready_max_busy=_float(env, "COORDINATION_READY_MAX_BUSY", default.ready_max_busy),
             demo=_flag(env, "COORDINATION_DEMO"),
         )
 
@@ -111,6 +127,12 @@ class Settings:
         if self.member_id:
             return self.member_id
         return f"{socket.gethostname()}:{web_port or self.web_port}"
+
+    @property
+    def leadership_options(self) -> LeadershipOptions:
+        """The options every role's candidate on this worker runs with."""
+        return LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
+                                 self.challenge_stagger)
 
     @property
     def datadir(self) -> Path:
