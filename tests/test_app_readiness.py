@@ -32,7 +32,8 @@ def with_(**changes) -> Snapshot:
 
 def test_a_worker_that_is_connected_caught_up_and_renewing_is_ready():
     verdict = assess(HEALTHY, BOUNDS)
-    assert verdict.ready and verdict.reasons == []
+    assert verdict.ready
+    assert verdict.reasons == []
     assert verdict.json()["fold_lag"] == {"0": 2, "3": 0}
 
 
@@ -52,7 +53,8 @@ def test_each_rule_that_fails_is_named_in_the_reasons():
     for reason, snapshot in cases.items():
         verdict = assess(snapshot, BOUNDS)
         assert not verdict.ready, reason
-        assert len(verdict.reasons) == 1 and reason in verdict.reasons[0], verdict.reasons
+        assert len(verdict.reasons) == 1, verdict.reasons
+        assert reason in verdict.reasons[0], verdict.reasons
 
 
 def test_each_bound_itself_is_still_ready():
@@ -69,7 +71,7 @@ def test_every_failing_rule_is_listed_not_only_the_first():
 
 def test_impossible_bounds_are_refused():
     for bad in ({"cluster_timeout": 0}, {"max_fold_lag": -1}, {"max_busy": 0}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="must"):
             ReadinessBounds(**bad)
 
 
@@ -80,10 +82,12 @@ def test_the_watch_counts_silence_from_the_last_answer_and_busy_time_from_its_st
     watch.answered({0: 7})
     clock.advance(4.0)
     watch.failed("KafkaTimeoutError")
-    assert watch.silent_for() == 4.0 and watch.error == "KafkaTimeoutError"
+    assert watch.silent_for() == 4.0
+    assert watch.error == "KafkaTimeoutError"
     assert watch.end_offsets == {0: 7}  # the last known end, until the next answer
     watch.answered({0: 9})
-    assert watch.silent_for() == 0.0 and watch.error is None
+    assert watch.silent_for() == 0.0
+    assert watch.error is None
     watch.note_busy("rebalancing")
     clock.advance(3.0)
     watch.note_busy("recovering")  # the rebalance goes on into a recovery: one busy spell
@@ -120,9 +124,11 @@ async def test_a_held_role_whose_renewals_fail_turns_unready_after_half_the_marg
     assert assess(with_(renewals_failing={"billing": late}, fence_margin=margin), BOUNDS).ready
     await cluster.advance(0.2)
     late = renewal_failing_for(leadership)
-    assert late > margin / 2 and not leadership.fenced()  # still held, but not for long
+    assert late > margin / 2
+    assert not leadership.fenced()
     verdict = assess(with_(renewals_failing={"billing": late}, fence_margin=margin), BOUNDS)
-    assert not verdict.ready and "'billing' has not been renewed" in verdict.reasons[0]
+    assert not verdict.ready
+    assert "'billing' has not been renewed" in verdict.reasons[0]
     assert LEASE - margin - RENEW > margin / 2  # the rule fires before the fence deadline
     await leadership.resign()
 
@@ -151,7 +157,9 @@ async def test_ready_answers_503_with_the_reasons_until_the_cluster_answered_and
                     return response.status, await response.json()
 
             status, body = await get("/ready")
-            assert status == 503 and body["ready"] is False and body["member"] == "a"
+            assert status == 503
+            assert body["ready"] is False
+            assert body["member"] == "a"
             assert len(body["reasons"]) == 2  # no transport, no answer from the cluster
             assert (await get("/health"))[0] == 200
             ctx.transport = MemoryTransport(broker)
@@ -160,7 +168,8 @@ async def test_ready_answers_503_with_the_reasons_until_the_cluster_answered_and
             assert (status, body["reasons"]) == (200, [])
             clock.advance(settings.ready_cluster_timeout + 0.1)
             status, body = await get("/ready")
-            assert status == 503 and "has not answered for" in body["reasons"][0]
+            assert status == 503
+            assert "has not answered for" in body["reasons"][0]
     finally:
         await server.close()
 

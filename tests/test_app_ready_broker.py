@@ -42,7 +42,8 @@ def test_ready_turns_503_with_a_reason_when_the_broker_stops_and_200_when_it_ret
                 return check
 
             body = poll(ready(200), START, "the worker ready")
-            assert body["ready"] is True and body["connected"] is True
+            assert body["ready"] is True
+            assert body["connected"] is True
             assert set(body["fold_lag"]) == {"0", "1"}  # it folds both partitions
 
             broker.kill("KILL")
