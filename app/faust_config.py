@@ -50,6 +50,21 @@ DERIVED: Mapping[str, str] = {
 """Faust options that default to one the worker sets: overriding them splits it too."""
 
 
+JSON_LOGGING: Mapping[str, Any] = {
+    # Merged by mode into the configuration it builds from ``faust worker -l
+    # LEVEL [-f FILE]``: only the two formatters its handlers use change.
+    "version": 1,
+    "merge": True,
+    "formatters": {
+        name: {"()": "pythonjsonlogger.json.JsonFormatter",
+               "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+               "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}
+        for name in ("default", "colored")
+    },
+}
+"""``COORDINATION_LOG_FORMAT=json``: one JSON object per line, for log shippers."""
+
+
 class FaustConflictError(ValueError):
     """A Faust environment variable contradicts the worker's settings."""
 
@@ -78,7 +93,9 @@ class Conflict:
 
 def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str, Any]:
     """The options the worker gives ``faust.App`` (see docs/app.md)."""
+    logging_config = {} if settings.log_format == "text" else {"logging_config": JSON_LOGGING}
     return {
+        **logging_config,
         "broker": f"kafka://{settings.bootstrap_servers}",
         "store": store,
         # read_committed input; table changelog, events and offsets commit

@@ -72,9 +72,12 @@ VARIABLES: Mapping[str, str] = {
     "ready_cluster_timeout": "COORDINATION_READY_CLUSTER_TIMEOUT",
     "ready_max_fold_lag": "COORDINATION_READY_MAX_FOLD_LAG",
     "ready_max_busy": "COORDINATION_READY_MAX_BUSY",
+    "log_format": "COORDINATION_LOG_FORMAT",
     "demo": "COORDINATION_DEMO",
 }
 """The environment variable of each setting (docs/app.md lists them)."""
+
+LOG_FORMATS = ("text", "json")
 
 
 MASK = "********"
@@ -132,6 +135,7 @@ class Settings:
     ready_cluster_timeout: float = 10.0
     ready_max_fold_lag: int = 1000
     ready_max_busy: float = 60.0
+    log_format: str = "text"
     demo: bool = False
 
     def __post_init__(self) -> None:
@@ -139,6 +143,9 @@ class Settings:
         self.leadership_options  # noqa: B018  (validates)
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"COORDINATION_LOG_FORMAT={self.log_format!r} is not one of "
+                             f"{', '.join(LOG_FORMATS)}")
         if not 0 < self.ready_probe_interval < self.ready_cluster_timeout:
             raise ValueError(
                 f"COORDINATION_READY_PROBE_INTERVAL ({self.ready_probe_interval} s) must be "

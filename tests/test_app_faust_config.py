@@ -5,6 +5,7 @@ effective configuration with secrets masked."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import fields
@@ -105,3 +106,31 @@ def test_the_check_command_exits_0_when_consistent_and_2_on_a_bad_setting():
     bad = run(PATH="/usr/bin:/bin", COORDINATION_PARTITIONS="many")
     assert bad.returncode == 2
     assert "COORDINATION_PARTITIONS='many' is not an integer" in bad.stdout
+
+
+def test_json_logs_are_one_object_per_line_through_faust_s_logging_setup():
+    # What ``faust worker -l info`` does with the app's logging_config, in a
+    # process of its own (it replaces the root logger's handlers).
+    code = (
+        "import logging, mode.utils.logging as m\n"
+        "from app.faust_config import faust_options\n"
+        "from app.settings import Settings\n"
+        "options = faust_options(Settings.from_env({'COORDINATION_LOG_FORMAT': 'json'}))\n"
+        "m.setup_logging(loglevel='info', logging_config=dict(options['logging_config']))\n"
+        "logging.getLogger('agents.fold').warning('skipped %d', 3)\n"
+        "logging.getLogger('agents.fold').debug('not at info')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    lines = done.stdout.splitlines() + done.stderr.splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(records) == 1, lines
+    assert records[0]["message"] == "skipped 3"
+    assert (records[0]["level"], records[0]["logger"]) == ("WARNING", "agents.fold")
+    assert "time" in records[0]
+
+
+def test_text_logs_leave_faust_s_logging_alone_and_other_formats_are_refused():
+    assert "logging_config" not in faust_options(Settings.from_env({}))
+    with pytest.raises(ValueError, match="COORDINATION_LOG_FORMAT='xml' is not one of text"):
+        Settings.from_env({"COORDINATION_LOG_FORMAT": "xml"})
