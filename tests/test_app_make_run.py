@@ -1,4 +1,5 @@
-"""`make run` from a fresh clone: start, a holder on the dashboard, SIGTERM, nothing left.
+"""`make run` from a fresh clone: progress while it starts, a holder on the dashboard,
+the leadership-change events as lines in the terminal, SIGTERM, nothing left.
 
 The clone is ``git clone`` of this repository when the worker application is
 committed, else a copy of the files git would commit (tracked and untracked,
@@ -12,6 +13,7 @@ venv marked installed). Everything else is the clone's own: its Makefile,
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +29,8 @@ from tests.test_app_harness import free_port, get_json, poll
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
+# agents.events.describe's line for an election: local time, holder, role, token.
+ELECTED_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \S+ leads 'demo' \(token \d+/\d+")
 
 
 def _fresh_clone(target: Path) -> None:
@@ -98,9 +102,21 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
                          if row["role"] == "demo" and row["holder"]), None)
 
         poll(holder, 120, "a holder of the demo role on the dashboard")
+        text = "".join(lines)
+        steps = [text.find(f"[{n}/5] ") for n in range(1, 6)]
+        assert -1 not in steps, text
+        assert steps == sorted(steps), text  # each step, in order
+        assert "Kafka jars: " in text
+        assert "Kafka is up: bootstrap servers" in text
+        assert len(re.findall(r"worker on port \d+ \(pid \d+\) is up", text)) == 3, text
+        # The first election is printed before the dashboard is announced.
+        elected = poll(lambda: next((line for line in lines if ELECTED_LINE.match(line)), None),
+                       30, "an election event line")
+        assert lines.index(elected) < next(i for i, line in enumerate(lines)
+                                           if "Dashboard: " in line)
         print(f"\nmake run: dashboard with a holder {time.monotonic() - started:.1f} s after "
               "the URL was printed")
-        worker_pids = [int(pid) for line in lines if "started 3 workers" in line
+        worker_pids = [int(pid) for line in lines if "[4/5] started 3 workers" in line
                        for pid in line.split("(pids ")[1].split(")")[0].split(", ")]
         assert len(worker_pids) == 3
         stop_started = time.monotonic()
