@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -109,6 +110,7 @@ def _ensure_jars() -> Path:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     jars: Path = module.ensure_jars()
     return jars
@@ -159,6 +161,10 @@ class EventFollower:
 
     async def _follow(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        # A topic created a moment ago has no partition leader for a while:
+        # aiokafka warns and retries; the terminal shows only what it gives up on.
+        logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
                                     isolation_level="read_committed",
@@ -238,7 +244,7 @@ def main() -> int:
             workers.append(_start_worker(bootstrap, port, folder, args.partitions))
         _step(4, f"started {len(workers)} workers (pids "
                  f"{', '.join(str(w.pid) for w in workers)}); logs in {folder}; waiting for "
-                 "each to serve (table recovery takes 10 s or more) ...")
+                 "each to serve ...")
         began = time.monotonic()
         waiting = dict(zip(ports, workers, strict=True))
         while waiting and not stop.is_set():
