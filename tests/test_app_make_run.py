@@ -89,6 +89,7 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(make.stdout or []), daemon=True).start()
+    worker_pids: list[int] = []
     try:
         url = poll(lambda: next((line.split("Dashboard: ")[1].strip() for line in lines
                                  if "Dashboard: " in line), None), 240, "the dashboard URL")
@@ -116,14 +117,14 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
                                            if "Dashboard: " in line)
         print(f"\nmake run: dashboard with a holder {time.monotonic() - started:.1f} s after "
               "the URL was printed")
-        worker_pids = [int(pid) for line in lines if "[4/5] started 3 workers" in line
-                       for pid in line.split("(pids ")[1].split(")")[0].split(", ")]
+        worker_pids.extend(int(pid) for line in lines if "[4/5] started 3 workers" in line
+                           for pid in line.split("(pids ")[1].split(")")[0].split(", "))
         assert len(worker_pids) == 3
         stop_started = time.monotonic()
         os.killpg(make.pid, signal.SIGTERM)
         # make itself is reaped here (a zombie would still count as a member).
         poll(lambda: make.poll() is not None and not _group_alive(make.pid), 60,
-             "make run's processes gone")
+             "make run's processes gone, after printing:\n" + "".join(lines[-30:]))
         poll(lambda: not any(_pid_alive(pid) for pid in worker_pids), 30, "the workers gone")
         status = subprocess.run([sys.executable, str(clone / "deploy" / "kafka" / "kafka.py"),
                                  "status", "--dir", str(kafka_dir)], capture_output=True,
@@ -137,5 +138,8 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     finally:
         if _group_alive(make.pid):
             os.killpg(make.pid, signal.SIGKILL)
+        for pid in worker_pids:  # each in its own session: the group kill misses them
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
         subprocess.run([sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py"), "down",
                         "--dir", str(kafka_dir)], capture_output=True, check=False)
