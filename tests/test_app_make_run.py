@@ -123,8 +123,11 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
         stop_started = time.monotonic()
         os.killpg(make.pid, signal.SIGTERM)
         # make itself is reaped here (a zombie would still count as a member).
-        poll(lambda: make.poll() is not None and not _group_alive(make.pid), 60,
-             "make run's processes gone, after printing:\n" + "".join(lines[-30:]))
+        try:
+            poll(lambda: make.poll() is not None and not _group_alive(make.pid), 60,
+                 "make run's processes gone")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it printed:\n{''.join(lines[-30:])}") from None
         poll(lambda: not any(_pid_alive(pid) for pid in worker_pids), 30, "the workers gone")
         status = subprocess.run([sys.executable, str(clone / "deploy" / "kafka" / "kafka.py"),
                                  "status", "--dir", str(kafka_dir)], capture_output=True,
