@@ -93,6 +93,9 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     try:
         url = poll(lambda: next((line.split("Dashboard: ")[1].strip() for line in lines
                                  if "Dashboard: " in line), None), 240, "the dashboard URL")
+        # First, so that the workers are stopped whatever fails below.
+        worker_pids.extend(int(pid) for line in lines if "[4/5] started 3 workers" in line
+                           for pid in line.split("(pids ")[1].split(")")[0].split(", "))
         assert url == f"http://127.0.0.1:{web_port}/"
         started = time.monotonic()
 
@@ -117,8 +120,6 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
                                            if "Dashboard: " in line)
         print(f"\nmake run: dashboard with a holder {time.monotonic() - started:.1f} s after "
               "the URL was printed")
-        worker_pids.extend(int(pid) for line in lines if "[4/5] started 3 workers" in line
-                           for pid in line.split("(pids ")[1].split(")")[0].split(", "))
         assert len(worker_pids) == 3
         stop_started = time.monotonic()
         os.killpg(make.pid, signal.SIGTERM)
