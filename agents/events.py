@@ -9,6 +9,8 @@ can end one tenure (``lapsed``) and start the next (``elected``).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,7 +19,7 @@ import orjson
 from coordination import FencingToken
 from coordination.json_forms import token_json
 
-__all__ = ["EVENTS_TOPIC", "KINDS", "EventKind", "LeadershipEvent"]
+__all__ = ["EVENTS_TOPIC", "KINDS", "EventKind", "LeadershipEvent", "describe"]
 
 EVENTS_TOPIC = "coordination-leadership-changes"
 SCHEMA = 1
@@ -72,3 +74,36 @@ class LeadershipEvent:
     def encode(self) -> bytes:
         """The event's bytes on the events topic."""
         return orjson.dumps(self.to_json())
+
+
+def describe(event: Mapping[str, Any]) -> str:
+    """One readable line for a published event (its JSON form), for a terminal.
+
+    The time is the source record's, in local time; a field the kind does
+    not use is left out.
+    """
+    at = event.get("timestamp") or 0
+    clock = time.strftime("%H:%M:%S", time.localtime(at / 1000)) + f".{at % 1000:03d}"
+    role, member, kind = event.get("role"), event.get("member"), event.get("kind")
+    token = _token_text(event.get("token"))
+    if kind == "elected":
+        text = f"{member} leads {role!r} (token {token}"
+        previous = event.get("previous_holder")
+        text += f", after {previous})" if previous else ")"
+    elif kind == "resigned":
+        text = f"{member} resigned {role!r} (token {token})"
+    elif kind == "lapsed":
+        text = f"the lease of {member} on {role!r} lapsed (token {token})"
+    elif kind == "member-joined":
+        text = f"{member} stands for {role!r} (rank {event.get('rank')})"
+    elif kind == "member-left":
+        text = f"{member} no longer stands for {role!r}"
+    else:
+        text = f"{kind} {role!r} {member}"
+    return f"{clock} {text}"
+
+
+def _token_text(token: Any) -> str:
+    if not isinstance(token, Mapping):
+        return "none"
+    return f"{token.get('producer_id')}/{token.get('producer_epoch')}"

@@ -34,7 +34,6 @@ from mode import Service
 
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
-from coordination import LeadershipOptions
 
 __all__ = ["install"]
 
@@ -82,9 +81,7 @@ class RoleService(Service):
                 log.warning("cannot connect the coordination transport yet: %r", exc)
                 await asyncio.sleep(CONNECT_RETRY)
         ctx.transport = transport
-        settings = ctx.settings
-        options = LeadershipOptions(settings.partitions, settings.lease_duration,
-                                    settings.renew_interval, settings.challenge_stagger)
+        options = ctx.settings.leadership_options
         observer = MetricsObserver(ctx.metrics)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):

@@ -2,8 +2,8 @@
 the partition router, metrics, the coordination transport and the role runners.
 
 A leaf of the worker: it imports no agent and no table module, only the
-library, Faust's and aiohttp's types, and the settings and metrics modules
-(which import no worker module; tests/test_worker_layers.py holds this).
+library, Faust's and aiohttp's types, and the settings, metrics and readiness
+modules (which import no worker module; tests/test_worker_layers.py holds this).
 `app.factory`, the composition root, builds one `Context` with every part
 and hands it to the agents, the role service, the web view and the CLI
 commands, so tests build as many workers as they need.
@@ -21,6 +21,7 @@ import faust
 from faust.types import TableT, TopicT
 
 from app.metrics import Metrics
+from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
 from coordination import Clock, LeaderRunner, RoleFunction, SystemClock, Transport
 
@@ -73,6 +74,9 @@ class Context:
     transport_factory: TransportFactory
     roles: Mapping[str, RoleFunction]
     """The roles this worker stands for, by name (may grow until the service starts)."""
+    cluster: ClusterWatch
+    """What the readiness probe learnt of the cluster (on `clock`)."""
+    readiness: ReadinessBounds
     metrics: Metrics = field(default_factory=Metrics)
     clock: Clock = field(default_factory=SystemClock)
     http: aiohttp.ClientSession | None = None

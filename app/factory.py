@@ -28,8 +28,10 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from agents import fold, service
 from agents.events import EVENTS_TOPIC
 from agents.roles import ROLES, RoleFunction
-from app import commands, faust_patches, web
+from app import commands, faust_config, faust_patches, health, web
 from app.context import Context, TransportFactory
+from app.faust_config import faust_options
+from app.readiness import ClusterWatch, ReadinessBounds
 from app.routing import FaustRouter
 from app.settings import Settings
 from coordination import Clock, SystemClock
@@ -128,35 +130,19 @@ def kafka_transport_factory(settings: Settings) -> TransportFactory:
     return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic)
 
 
-def create_app(settings: Settings, *, store: str = "rocksdb://") -> CoordinationApp:
-    """The Faust app with this project's settings (see docs/app.md)."""
+def create_app(settings: Settings, *, store: str = "rocksdb://",
+               env: Mapping[str, str] | None = None) -> CoordinationApp:
+    """The Faust app with this project's settings (see docs/app.md).
+
+    Faust reads its own variables from `env` (default: the process
+    environment); one that contradicts the worker's settings is refused
+    (`app.faust_config.FaustConflictError`).
+    """
     faust_patches.apply()
-    return CoordinationApp(
-        settings.app_id,
-        broker=f"kafka://{settings.bootstrap_servers}",
-        store=store,
-        # read_committed input; table changelog, events and offsets commit
-        # atomically, so a restart never publishes half a fold.
-        processing_guarantee="exactly_once",
-        # Events become visible at commit: commit often.
-        broker_commit_interval=settings.commit_interval,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
-        topic_allow_declare=True,
-        consumer_auto_offset_reset="earliest",
-        # A SIGKILLed worker's partitions (and the table view of them) move
-        # after the session timeout; Faust's default is 60 s.
-        broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        web_port=settings.web_port,
-        web_bind=settings.web_bind,
-        web_host=settings.web_host,
-        canonical_url=settings.canonical_url,
-        datadir=str(settings.datadir),
-        web_stats_enabled=False,
-        web_graph_enabled=False,
-        autodiscover=False,
-    )
+    env = os.environ if env is None else env
+    options = faust_options(settings, store=store)
+    faust_config.check(settings.app_id, options, env)
+    return CoordinationApp(settings.app_id, **options, env=env)
 
 
 def build(
@@ -174,6 +160,7 @@ def build(
     """
     app = create_app(settings, store=store)
     tables = declare(app, settings.partitions)
+    clock = clock or SystemClock()
     ctx = Context(
         settings=settings,
         app=app,
@@ -187,10 +174,14 @@ def build(
         router=FaustRouter(app, tables.role_state),
         transport_factory=transport_factory or kafka_transport_factory(settings),
         roles=ROLES if roles is None else dict(roles),
-        clock=clock or SystemClock(),
+        cluster=ClusterWatch(clock),
+        readiness=ReadinessBounds(settings.ready_cluster_timeout, settings.ready_max_fold_lag,
+                                  settings.ready_max_busy),
+        clock=clock,
     )
     fold.install(ctx)
     _subscribe_events(ctx)
+    _probe_cluster(ctx)
     service.install(ctx)
     web.install(ctx)
     commands.install(ctx)
@@ -203,6 +194,14 @@ def _raw_topic(app: faust.App, name: str, partitions: int, *, internal: bool = F
     return app.topic(name, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=internal,
                      retention=retention)
+
+
+def _probe_cluster(ctx: Context) -> None:
+    """Ask the cluster for the state topic's end on a timer, for ``GET /ready``."""
+
+    @ctx.app.timer(ctx.settings.ready_probe_interval, name="coordination-readiness-probe")
+    async def probe_cluster() -> None:
+        await health.probe(ctx)
 
 
 def _subscribe_events(ctx: Context) -> None:

@@ -9,38 +9,105 @@ distinct members and a StatefulSet pod keeps its id across restarts.
 from __future__ import annotations
 
 import os
+import re
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from coordination import LeadershipOptions, defaults
 
-__all__ = ["Settings"]
+__all__ = ["VARIABLES", "Settings", "mask"]
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+def _float(name: str, raw: str) -> float:
     try:
         return float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+def _int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not an integer") from None
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+def _flag(raw: str) -> bool:
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "str": _text, "str | None": _text, "int": _int, "float": _float,
+    "Path | None": lambda name, raw: Path(raw),
+}
+"""How a variable's text becomes a field of each annotated type."""
+
+VARIABLES: Mapping[str, str] = {
+    "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+    "app_id": "COORDINATION_APP_ID",
+    "state_topic": "COORDINATION_STATE_TOPIC",
+    "events_topic": "COORDINATION_EVENTS_TOPIC",
+    "partitions": "COORDINATION_PARTITIONS",
+    "lease_duration": "COORDINATION_LEASE_DURATION",
+    "renew_interval": "COORDINATION_RENEW_INTERVAL",
+    "challenge_stagger": "COORDINATION_CHALLENGE_STAGGER",
+    "member_id": "COORDINATION_MEMBER_ID",
+    "web_host": "COORDINATION_WEB_HOST",
+    "web_bind": "COORDINATION_WEB_BIND",
+    "web_port": "COORDINATION_WEB_PORT",
+    "data_dir": "COORDINATION_DATA_DIR",
+    "replication_factor": "COORDINATION_REPLICATION_FACTOR",
+    "tick_interval": "COORDINATION_TICK_INTERVAL",
+    "commit_interval": "COORDINATION_COMMIT_INTERVAL",
+    "session_timeout": "COORDINATION_SESSION_TIMEOUT",
+    "ready_probe_interval": "COORDINATION_READY_PROBE_INTERVAL",
+    "ready_cluster_timeout": "COORDINATION_READY_CLUSTER_TIMEOUT",
+    "ready_max_fold_lag": "COORDINATION_READY_MAX_FOLD_LAG",
+    "ready_max_busy": "COORDINATION_READY_MAX_BUSY",
+    "log_format": "COORDINATION_LOG_FORMAT",
+    "demo": "COORDINATION_DEMO",
+}
+"""The environment variable of each setting (docs/app.md lists them)."""
+
+LOG_FORMATS = ("text", "json")
+
+
+MASK = "********"
+_SECRET = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL", re.IGNORECASE)
+
+
+def mask(name: str, value: Any) -> str:
+    """`value` as text, hidden when `name` says it is a secret, and with any
+    password in a URL's user part hidden."""
+    text = str(value)
+    if _SECRET.search(name):
+        return MASK if text else ""
+    return _mask_url_password(text)
+
+
+def _mask_url_password(text: str) -> str:
+    parts = []
+    for item in text.split(","):
+        try:
+            url = urlsplit(item)
+        except ValueError:
+            parts.append(item)
+            continue
+        if url.password is None:
+            parts.append(item)
+            continue
+        host = url.hostname or ""
+        netloc = f"{url.username}:{MASK}@{host}" + (f":{url.port}" if url.port else "")
+        parts.append(urlunsplit((url.scheme, netloc, url.path, url.query, url.fragment)))
+    return ",".join(parts)
 
 
 @dataclass(frozen=True)
@@ -64,43 +131,44 @@ class Settings:
     tick_interval: float = 1.0
     commit_interval: float = 0.2
     session_timeout: float = 10.0
+    ready_probe_interval: float = 2.0
+    ready_cluster_timeout: float = 10.0
+    ready_max_fold_lag: int = 1000
+    ready_max_busy: float = 60.0
+    log_format: str = "text"
     demo: bool = False
 
     def __post_init__(self) -> None:
         # Fail at start-up, not at the first election, on impossible timings.
-        LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
-                          self.challenge_stagger)
+        self.leadership_options  # noqa: B018  (validates)
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"COORDINATION_LOG_FORMAT={self.log_format!r} is not one of "
+                             f"{', '.join(LOG_FORMATS)}")
+        if not 0 < self.ready_probe_interval < self.ready_cluster_timeout:
+            raise ValueError(
+                f"COORDINATION_READY_PROBE_INTERVAL ({self.ready_probe_interval} s) must be "
+                f"positive and below COORDINATION_READY_CLUSTER_TIMEOUT "
+                f"({self.ready_cluster_timeout} s), or a healthy worker turns unready "
+                "between two probes")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Settings from `env` (default: the process environment)."""
+        """Settings from `env` (default: the process environment).
+
+        A variable that is unset or empty leaves the field's default.
+        """
         env = os.environ if env is None else env
-        default = cls()
-        data_dir = env.get("COORDINATION_DATA_DIR")
-        return cls(
-            bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or default.bootstrap_servers,
-            app_id=env.get("COORDINATION_APP_ID") or default.app_id,
-            state_topic=env.get("COORDINATION_STATE_TOPIC") or default.state_topic,
-            events_topic=env.get("COORDINATION_EVENTS_TOPIC") or default.events_topic,
-            partitions=_int(env, "COORDINATION_PARTITIONS", default.partitions),
-            lease_duration=_float(env, "COORDINATION_LEASE_DURATION", default.lease_duration),
-            renew_interval=_float(env, "COORDINATION_RENEW_INTERVAL", default.renew_interval),
-            challenge_stagger=_float(env, "COORDINATION_CHALLENGE_STAGGER",
-                                     default.challenge_stagger),
-            member_id=env.get("COORDINATION_MEMBER_ID") or None,
-            web_host=env.get("COORDINATION_WEB_HOST") or default.web_host,
-            web_bind=env.get("COORDINATION_WEB_BIND") or default.web_bind,
-            web_port=_int(env, "COORDINATION_WEB_PORT", default.web_port),
-            data_dir=Path(data_dir) if data_dir else None,
-            replication_factor=_int(env, "COORDINATION_REPLICATION_FACTOR",
-                                    default.replication_factor),
-            tick_interval=_float(env, "COORDINATION_TICK_INTERVAL", default.tick_interval),
-            commit_interval=_float(env, "COORDINATION_COMMIT_INTERVAL", default.commit_interval),
-            session_timeout=_float(env, "COORDINATION_SESSION_TIMEOUT", default.session_timeout),
-            demo=_flag(env, "COORDINATION_DEMO"),
-        )
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            name = VARIABLES[item.name]
+            raw = env.get(name, "")
+            if item.type == "bool":
+                values[item.name] = _flag(raw)
+            elif raw != "":
+                values[item.name] = _PARSERS[str(item.type)](name, raw)
+        return cls(**values)
 
     def member(self, web_port: int | None = None) -> str:
         """This worker's member id: the configured one, else ``{hostname}:{web_port}``.
@@ -111,6 +179,12 @@ class Settings:
         if self.member_id:
             return self.member_id
         return f"{socket.gethostname()}:{web_port or self.web_port}"
+
+    @property
+    def leadership_options(self) -> LeadershipOptions:
+        """The options every role's candidate on this worker runs with."""
+        return LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
+                                 self.challenge_stagger)
 
     @property
     def datadir(self) -> Path:

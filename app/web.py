@@ -6,7 +6,8 @@ The JSON shapes are in docs/app.md#web-view.
     GET /roles/{role}/                one role, answered by the worker owning it
     GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check)
     GET /metrics                      this worker's Prometheus metrics
-    GET /health                       this worker: member id, connected, roles led
+    GET /health                       liveness: member id, connected, roles (always 200)
+    GET /ready                        readiness: 200 or 503, with the reasons (app.readiness)
     GET /                             the HTML dashboard
 
 Any worker answers any request. Errors are JSON ``{"error": ...}`` with 400
@@ -28,6 +29,8 @@ from aiohttp import web
 
 from app.context import Context
 from app.dashboard import DASHBOARD_HTML
+from app.health import snapshot
+from app.readiness import assess
 from app.routing import Unreachable, fetch_json, owner_of
 from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
 from tables import partition_state, role_state
@@ -110,6 +113,7 @@ class Views:
         return [
             ("/", self.dashboard),
             ("/health", self.health),
+            ("/ready", self.ready),
             ("/metrics", self.metrics),
             ("/roles/", self.roles),
             ("/roles/{role}/", self.role),
@@ -233,8 +237,15 @@ class Views:
                             content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
 
+    async def ready(self, request: web.Request) -> web.Response:
+        """Whether this worker should get traffic: 200, or 503 with the reasons."""
+        verdict = assess(snapshot(self.ctx), self.ctx.readiness)
+        body = {"member": self.ctx.member, **verdict.json()}
+        return web.json_response(body, status=200 if verdict.ready else 503)
+
     async def health(self, request: web.Request) -> web.Response:
-        """This worker's member id, connection and roles."""
+        """Liveness: answering at all shows the event loop turns. Then this
+        worker's member id, connection and roles, cheaply (no request to anyone)."""
         return web.json_response({
             "member": self.ctx.member,
             "connected": self.ctx.transport is not None,

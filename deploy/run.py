@@ -3,6 +3,11 @@
 Starts the local Kafka broker, creates the topics, and runs three Faust
 workers of the application (`app.main`) hosting the demo role, which writes
 fenced records. The first worker's dashboard is on http://127.0.0.1:6066/.
+It says what it is doing while it starts (the jars, the broker, the topics,
+each worker serving, the first election), then prints every leadership-change
+event of the events topic as one line until it is stopped. The workers' own
+logs go to files in the run directory (``COORDINATION_LOG_FORMAT=json`` makes
+them JSON, one object per line).
 
 The broker and each worker run in their own process group, so a terminal's
 Ctrl-C reaches this script only. On Ctrl-C or SIGTERM the script stops the
@@ -13,7 +18,11 @@ SIGKILL after a grace period), then the broker, each by PID.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import importlib.util
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -27,6 +36,8 @@ from pathlib import Path
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agents.events import describe
+from app.settings import Settings
 from coordination.defaults import PARTITIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +45,7 @@ KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
 TOPICS = [sys.executable, str(ROOT / "deploy" / "topics.py")]
 WORKER_STOP_GRACE = 20.0
 READY_TIMEOUT = 180.0
+STEPS = 5
 
 
 def _say(message: str) -> None:
@@ -87,12 +99,102 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             worker.wait()
 
 
-def _dashboard_ready(url: str) -> bool:
+def _step(number: int, message: str) -> None:
+    _say(f"[{number}/{STEPS}] {message}")
+
+
+def _ensure_jars() -> Path:
+    """The Kafka jars folder, fetched first if needed (deploy/kafka/kafka.py's own rule)."""
+    spec = importlib.util.spec_from_file_location("local_kafka",
+                                                  ROOT / "deploy" / "kafka" / "kafka.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    jars: Path = module.ensure_jars()
+    return jars
+
+
+def _serving(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "roles/", timeout=2) as response:
+        with urllib.request.urlopen(url + "health", timeout=2) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+class EventFollower:
+    """Prints the events topic's new events, one line each, from a thread of its own.
+
+    `start` returns once the consumer stands at the topic's end, so every
+    event of this run is printed (older ones, of earlier runs, are not).
+    `first_election` is set at the first ``elected`` event.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.first_election = threading.Event()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None:
+            raise RuntimeError(f"cannot follow {self.topic}: {self._error!r}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._follow())
+        except BaseException as exc:  # reported by start(), or once while following
+            self._error = exc
+            self._ready.set()
+            _say(f"stopped following {self.topic}: {exc!r}")
+
+    async def _follow(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        # A topic created a moment ago has no partition leader for a while:
+        # aiokafka warns and retries; the terminal shows only what it gives up on.
+        logging.getLogger("aiokafka").setLevel(logging.ERROR)
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
+                                    isolation_level="read_committed",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            consumer.assign(partitions)
+            await consumer.seek_to_end(*partitions)
+            for tp in partitions:
+                await consumer.position(tp)  # resolve "the end" now, before any worker starts
+            self._ready.set()
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=500)
+                records = sorted((r for rs in batch.values() for r in rs),
+                                 key=lambda r: (r.timestamp, r.partition, r.offset))
+                for record in records:
+                    self._show(record.value)
+        finally:
+            await consumer.stop()
+
+    def _show(self, value: bytes | None) -> None:
+        try:
+            event = json.loads(value or b"")
+        except ValueError:
+            _say(f"(an unreadable event: {value!r})")
+            return
+        _say(describe(event))
+        if event.get("kind") == "elected" and not self.first_election.is_set():
+            self.first_election.set()
 
 
 def main() -> int:
@@ -112,6 +214,8 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
+    _step(1, f"Kafka jars: {_ensure_jars()}")
+    _step(2, f"starting the local Kafka broker in {args.kafka_dir} ...")
     started = subprocess.run(
         [*KAFKA, "up", "--dir", args.kafka_dir, "--port", args.kafka_port],
         stdout=subprocess.PIPE, text=True, check=False,
@@ -121,31 +225,54 @@ def main() -> int:
         return started.returncode
     bootstrap = started.stdout.strip().splitlines()[-1]
     workers: list[subprocess.Popen[bytes]] = []
+    follower: EventFollower | None = None
     try:
         _say(f"Kafka is up: bootstrap servers {bootstrap}")
+        _step(3, "creating the topics ...")
         topics = subprocess.run(
             [*TOPICS, "--bootstrap-servers", bootstrap, "--partitions", str(args.partitions),
              "--demo"], check=False)
         if topics.returncode != 0:
             _say("the topics could not be created (see above)")
             return topics.returncode
+        follower = EventFollower(bootstrap, Settings.from_env().events_topic, args.partitions)
+        follower.start()
         folder = Path(args.run_dir)
         folder.mkdir(parents=True, exist_ok=True)
         ports = [args.web_port + i for i in range(args.workers)]
         for port in ports:
             workers.append(_start_worker(bootstrap, port, folder, args.partitions))
-        _say(f"started {len(workers)} workers (pids {', '.join(str(w.pid) for w in workers)}); "
-             f"logs in {folder}")
-        url = f"http://127.0.0.1:{ports[0]}/"
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not stop.is_set() and not _dashboard_ready(url):
-            if time.monotonic() > deadline or workers[0].poll() is not None:
-                _say(f"the first worker did not serve {url}; see {folder}")
+        _step(4, f"started {len(workers)} workers (pids "
+                 f"{', '.join(str(w.pid) for w in workers)}); logs in {folder}; waiting for "
+                 "each to serve ...")
+        began = time.monotonic()
+        waiting = dict(zip(ports, workers, strict=True))
+        while waiting and not stop.is_set():
+            for port, worker in list(waiting.items()):
+                if _serving(f"http://127.0.0.1:{port}/"):
+                    _say(f"worker on port {port} (pid {worker.pid}) is up: "
+                         f"http://127.0.0.1:{port}/ after {time.monotonic() - began:.1f} s")
+                    del waiting[port]
+                elif worker.poll() is not None:
+                    _say(f"worker on port {port} exited with {worker.returncode}; see "
+                         f"{folder / f'worker-{port}.log'}")
+                    return 1
+            if time.monotonic() - began > READY_TIMEOUT:
+                _say(f"workers on ports {sorted(waiting)} did not serve within "
+                     f"{READY_TIMEOUT:g} s; see {folder}")
                 return 1
             stop.wait(0.5)
         if not stop.is_set():
-            _say(f"Dashboard: {url}")
-            _say("Press Ctrl-C to stop (workers resign their roles first, then the broker).")
+            _step(5, "waiting for the first election (its event follows) ...")
+        while not stop.is_set() and not follower.first_election.wait(0.5):
+            if time.monotonic() - began > 2 * READY_TIMEOUT:
+                _say("no election within the time allowed; see the workers' logs in "
+                     f"{folder}")
+                return 1
+        if not stop.is_set():
+            _say(f"Dashboard: http://127.0.0.1:{ports[0]}/")
+            _say("Following leadership changes. Press Ctrl-C to stop (workers resign their "
+                 "roles first, then the broker).")
         while not stop.wait(1.0):
             for port, worker in zip(ports, workers, strict=True):
                 if worker.returncode is None and worker.poll() is not None:
@@ -155,10 +282,11 @@ def main() -> int:
         if workers:
             _say("stopping the workers (each resigns its roles) ...")
             _stop_workers(workers)
+        if follower is not None:
+            follower.stop()
         _say("stopping the local Kafka broker ...")
         subprocess.run([*KAFKA, "down", "--dir", args.kafka_dir], check=False)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

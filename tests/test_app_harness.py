@@ -77,7 +77,8 @@ class AppGroup:
     """One worker group: unique topic names, shared settings, its workers."""
 
     def __init__(self, bootstrap: str, folder: Path, *, partitions: int = 6,
-                 lease: float = 4.0, renew: float = 1.0, stagger: float = 0.5) -> None:
+                 lease: float = 4.0, renew: float = 1.0, stagger: float = 0.5,
+                 extra_env: dict[str, str] | None = None) -> None:
         suffix = uuid.uuid4().hex[:8]
         self.bootstrap = bootstrap
         self.folder = folder
@@ -87,6 +88,7 @@ class AppGroup:
         self.events_topic = f"coordination-leadership-changes-it-{suffix}"
         self.demo_topic = f"coordination-demo-output-it-{suffix}"
         self.settings = {"lease": lease, "renew": renew, "stagger": stagger}
+        self.extra_env = extra_env or {}
         self.workers: list[AppWorker] = []
 
     def env(self, port: int, **extra: str) -> dict[str, str]:
@@ -109,6 +111,7 @@ class AppGroup:
             "COORDINATION_DEMO_INTERVAL": "0.2",
             "COORDINATION_SESSION_TIMEOUT": "6",
             "PYTHONPATH": str(ROOT),
+            **self.extra_env,
             **extra,
         })
         return env

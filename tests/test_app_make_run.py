@@ -1,4 +1,5 @@
-"""`make run` from a fresh clone: start, a holder on the dashboard, SIGTERM, nothing left.
+"""`make run` from a fresh clone: progress while it starts, a holder on the dashboard,
+the leadership-change events as lines in the terminal, SIGTERM, nothing left.
 
 The clone is ``git clone`` of this repository when the worker application is
 committed, else a copy of the files git would commit (tracked and untracked,
@@ -12,6 +13,7 @@ venv marked installed). Everything else is the clone's own: its Makefile,
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +29,8 @@ from tests.test_app_harness import free_port, get_json, poll
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
+# agents.events.describe's line for an election: local time, holder, role, token.
+ELECTED_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \S+ leads 'demo' \(token \d+/\d+")
 
 
 def _fresh_clone(target: Path) -> None:
@@ -85,9 +89,13 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(make.stdout or []), daemon=True).start()
+    worker_pids: list[int] = []
     try:
         url = poll(lambda: next((line.split("Dashboard: ")[1].strip() for line in lines
                                  if "Dashboard: " in line), None), 240, "the dashboard URL")
+        # First, so that the workers are stopped whatever fails below.
+        worker_pids.extend(int(pid) for line in lines if "[4/5] started 3 workers" in line
+                           for pid in line.split("(pids ")[1].split(")")[0].split(", "))
         assert url == f"http://127.0.0.1:{web_port}/"
         started = time.monotonic()
 
@@ -98,16 +106,29 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
                          if row["role"] == "demo" and row["holder"]), None)
 
         poll(holder, 120, "a holder of the demo role on the dashboard")
+        text = "".join(lines)
+        steps = [text.find(f"[{n}/5] ") for n in range(1, 6)]
+        assert -1 not in steps, text
+        assert steps == sorted(steps), text  # each step, in order
+        assert "Kafka jars: " in text
+        assert "Kafka is up: bootstrap servers" in text
+        assert len(re.findall(r"worker on port \d+ \(pid \d+\) is up", text)) == 3, text
+        # The first election is printed before the dashboard is announced.
+        elected = poll(lambda: next((line for line in lines if ELECTED_LINE.match(line)), None),
+                       30, "an election event line")
+        assert lines.index(elected) < next(i for i, line in enumerate(lines)
+                                           if "Dashboard: " in line)
         print(f"\nmake run: dashboard with a holder {time.monotonic() - started:.1f} s after "
               "the URL was printed")
-        worker_pids = [int(pid) for line in lines if "started 3 workers" in line
-                       for pid in line.split("(pids ")[1].split(")")[0].split(", ")]
         assert len(worker_pids) == 3
         stop_started = time.monotonic()
         os.killpg(make.pid, signal.SIGTERM)
         # make itself is reaped here (a zombie would still count as a member).
-        poll(lambda: make.poll() is not None and not _group_alive(make.pid), 60,
-             "make run's processes gone")
+        try:
+            poll(lambda: make.poll() is not None and not _group_alive(make.pid), 60,
+                 "make run's processes gone")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it printed:\n{''.join(lines[-30:])}") from None
         poll(lambda: not any(_pid_alive(pid) for pid in worker_pids), 30, "the workers gone")
         status = subprocess.run([sys.executable, str(clone / "deploy" / "kafka" / "kafka.py"),
                                  "status", "--dir", str(kafka_dir)], capture_output=True,
@@ -121,5 +142,8 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     finally:
         if _group_alive(make.pid):
             os.killpg(make.pid, signal.SIGKILL)
+        for pid in worker_pids:  # each in its own session: the group kill misses them
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
         subprocess.run([sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py"), "down",
                         "--dir", str(kafka_dir)], capture_output=True, check=False)

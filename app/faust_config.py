@@ -1,0 +1,179 @@
+"""The Faust options the worker sets, and the check that Faust's environment agrees.
+
+Faust lets an environment variable override a constructor argument (``BROKER_URL``
+over ``broker=``, ``WEB_PORT`` over ``web_port=``; each setting's variable is its
+``env_name`` in ``faust.types.settings``, behind an optional ``APP_ENV_PREFIX``).
+Left alone, ``BROKER_URL`` would move the fold to another cluster while the
+elections stay on ``KAFKA_BOOTSTRAP_SERVERS``. So the worker refuses to start
+when a Faust variable changes an option it sets (or one Faust derives from
+them), naming both the Faust variable and the worker's; Faust variables for
+options the worker leaves to Faust (``STREAM_BUFFER_MAXSIZE`` and the like) are
+accepted. The comparison is Faust's own: the options are parsed once with the
+environment and once without, and the two values compared.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from app.settings import Settings, mask
+
+__all__ = ["Conflict", "FaustConflictError", "check", "conflicts", "faust_options",
+           "faust_variables"]
+
+FIXED = "fixed by the worker"
+
+SOURCES: Mapping[str, str] = {
+    "broker": "KAFKA_BOOTSTRAP_SERVERS",
+    "broker_commit_interval": "COORDINATION_COMMIT_INTERVAL",
+    "topic_partitions": "COORDINATION_PARTITIONS",
+    "topic_replication_factor": "COORDINATION_REPLICATION_FACTOR",
+    "broker_session_timeout": "COORDINATION_SESSION_TIMEOUT",
+    "broker_heartbeat_interval": "COORDINATION_SESSION_TIMEOUT",
+    "web_port": "COORDINATION_WEB_PORT",
+    "web_bind": "COORDINATION_WEB_BIND",
+    "web_host": "COORDINATION_WEB_HOST",
+    "canonical_url": "COORDINATION_WEB_HOST and COORDINATION_WEB_PORT",
+    "datadir": "COORDINATION_DATA_DIR",
+}
+"""The worker's variable behind each Faust option it sets; the others are `FIXED`."""
+
+DERIVED: Mapping[str, str] = {
+    "broker_consumer": "broker",
+    "broker_producer": "broker",
+}
+"""Faust options that default to one the worker sets: overriding them splits it too."""
+
+
+JSON_LOGGING: Mapping[str, Any] = {
+    # Merged by mode into the configuration it builds from ``faust worker -l
+    # LEVEL [-f FILE]``: only the two formatters its handlers use change.
+    "version": 1,
+    "merge": True,
+    "formatters": {
+        name: {"()": "pythonjsonlogger.json.JsonFormatter",
+               "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+               "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}
+        for name in ("default", "colored")
+    },
+}
+"""``COORDINATION_LOG_FORMAT=json``: one JSON object per line, for log shippers."""
+
+
+class FaustConflictError(ValueError):
+    """A Faust environment variable contradicts the worker's settings."""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One Faust option whose environment variable overrides the worker's value."""
+
+    option: str
+    variable: str
+    """The Faust variable, as Faust reads it (with its ``APP_ENV_PREFIX``)."""
+    raw: str
+    faust_value: Any
+    worker_value: Any
+
+    def __str__(self) -> str:
+        source = SOURCES.get(DERIVED.get(self.option, self.option), FIXED)
+        raw = mask(self.variable, self.raw)
+        theirs, ours = (_shown(self.option, v) for v in (self.faust_value, self.worker_value))
+        said = f"{self.variable}={raw!r} makes Faust's {self.option} {theirs}"
+        if source == FIXED:
+            return f"{said}, but the worker fixes it at {ours}; unset {self.variable}"
+        return (f"{said}, but {source} (the worker's setting) makes it {ours}; "
+                f"unset {self.variable} or set {source}")
+
+
+def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str, Any]:
+    """The options the worker gives ``faust.App`` (see docs/app.md)."""
+    logging_config = {} if settings.log_format == "text" else {"logging_config": JSON_LOGGING}
+    return {
+        **logging_config,
+        "broker": f"kafka://{settings.bootstrap_servers}",
+        "store": store,
+        # read_committed input; table changelog, events and offsets commit
+        # atomically, so a restart never publishes half a fold.
+        "processing_guarantee": "exactly_once",
+        # Events become visible at commit: commit often.
+        "broker_commit_interval": settings.commit_interval,
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": settings.replication_factor,
+        "topic_allow_declare": True,
+        "consumer_auto_offset_reset": "earliest",
+        # A SIGKILLed worker's partitions (and the table view of them) move
+        # after the session timeout; Faust's default is 60 s.
+        "broker_session_timeout": settings.session_timeout,
+        "broker_heartbeat_interval": min(3.0, settings.session_timeout / 3),
+        "web_port": settings.web_port,
+        "web_bind": settings.web_bind,
+        "web_host": settings.web_host,
+        "canonical_url": settings.canonical_url,
+        "datadir": str(settings.datadir),
+        # Every worker's web server answers for the partitions it owns, and
+        # the probes ask it: it must run.
+        "web_enabled": True,
+        "web_stats_enabled": False,
+        "web_graph_enabled": False,
+        "autodiscover": False,
+    }
+
+
+def conflicts(app_id: str, options: Mapping[str, Any], env: Mapping[str, str]
+              ) -> list[Conflict]:
+    """Every option in `options` (or `DERIVED` from them) that `env` overrides."""
+    with_env = faust.Settings(app_id, **options, env=env)
+    without = faust.Settings(app_id, **options, env={})
+    found = []
+    for option in [*options, *DERIVED]:
+        param = faust.Settings.SETTINGS.get(option)
+        if param is None or param.env_name is None:
+            continue
+        raw = with_env.getenv(param.env_name)
+        if raw is None:
+            continue
+        ours, theirs = getattr(without, option), getattr(with_env, option)
+        if ours != theirs:
+            found.append(Conflict(option, _prefixed(with_env, param.env_name), raw,
+                                  theirs, ours))
+    return found
+
+
+def check(app_id: str, options: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Raise `FaustConflictError` listing every conflict, if any."""
+    found = conflicts(app_id, options, env)
+    if found:
+        raise FaustConflictError(
+            "Faust's environment contradicts the worker's settings (docs/app.md#settings):\n"
+            + "\n".join(f"- {conflict}" for conflict in found))
+
+
+def faust_variables(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Every Faust variable set in `env`: its name -> (the Faust option, the raw value)."""
+    conf = faust.Settings("check", env=env)
+    found = {}
+    for option, param in sorted(faust.Settings.SETTINGS.items()):
+        if param.env_name is not None and (raw := conf.getenv(param.env_name)) is not None:
+            found[_prefixed(conf, param.env_name)] = (option, raw)
+    return found
+
+
+def _prefixed(conf: Any, env_name: str) -> str:
+    prefix = conf.env.get(faust.Settings.SETTINGS["env_prefix"].env_name) or ""
+    return prefix.rstrip("_") + "_" + env_name if prefix else env_name
+
+
+def _shown(option: str, value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:  # Faust keeps a broker URL in a list
+        value = value[0]
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, (int, float, bool)):
+        return repr(value)
+    return repr(mask(option, value))

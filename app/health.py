@@ -1,0 +1,93 @@
+"""What one worker knows of its own health, read from Faust and the role runners.
+
+`probe` asks the cluster for the state topic's last stable offsets (a live
+ListOffsets, through Faust's consumer: under exactly_once it is a
+read_committed consumer, and `app.faust_patches` makes ``highwaters`` ask the
+broker); the composition root runs it on a timer and `app.readiness.ClusterWatch`
+keeps the answer. `snapshot` gathers the rest at the instant ``GET /ready``
+is asked; `app.readiness.assess` decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from faust.types import TP
+
+from app.context import Context
+from app.readiness import Snapshot, renewal_failing_for
+
+__all__ = ["busy", "probe", "snapshot"]
+
+log = logging.getLogger("app.health")
+
+
+def busy(ctx: Context) -> str | None:
+    """``"rebalancing"``, ``"recovering"`` (its tables) or None."""
+    if ctx.app.rebalancing:
+        return "rebalancing"
+    if ctx.app.in_recovery:
+        return "recovering"
+    return None
+
+
+async def probe(ctx: Context) -> None:
+    """Ask the cluster for every state partition's last stable offset.
+
+    Bounded by the probe interval, so probes on a timer never pile up on a
+    cluster that does not answer.
+    """
+    topic = ctx.state_topic.get_topic_name()
+    partitions = [TP(topic, p) for p in range(ctx.partitions)]
+    ctx.cluster.note_busy(busy(ctx))
+    try:
+        ends = await asyncio.wait_for(ctx.app.consumer.highwaters(*partitions),
+                                      ctx.settings.ready_probe_interval)
+    except Exception as exc:
+        if ctx.cluster.error is None:
+            log.warning("the cluster did not answer the readiness probe: %r", exc)
+        ctx.cluster.failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        return
+    ctx.cluster.answered({tp.partition: offset for tp, offset in ends.items()
+                          if offset is not None})
+
+
+def _fold_lag(ctx: Context) -> dict[int, int]:
+    """Per state partition this worker folds: last stable offset minus committed offset.
+
+    The committed offset (Faust's, updated at each transaction commit and on
+    assignment) is where a restarted fold would resume; none yet counts as 0.
+    Transaction markers take offsets too, so an idle partition shows a lag of
+    a few offsets, never 0.
+    """
+    topic = ctx.state_topic.get_topic_name()
+    consumer: Any = ctx.app.consumer  # the attribute is the base Consumer's, not ConsumerT's
+    committed = consumer._committed_offset
+    lags = {}
+    for tp in ctx.app.assignor.assigned_actives():
+        if tp.topic != topic:
+            continue
+        end = ctx.cluster.end_offsets.get(tp.partition)
+        if end is not None:
+            lags[tp.partition] = max(0, end - (committed.get(tp) or 0))
+    return lags
+
+
+def snapshot(ctx: Context) -> Snapshot:
+    """Everything `app.readiness.assess` needs, as of now."""
+    ctx.cluster.note_busy(busy(ctx))
+    held = {name: renewal_failing_for(runner.leadership)
+            for name, runner in ctx.runners.items()
+            if runner.leading and runner.leadership is not None}
+    return Snapshot(
+        connected=ctx.transport is not None,
+        silent_for=ctx.cluster.silent_for(),
+        probe_error=ctx.cluster.error,
+        fold_lag=_fold_lag(ctx),
+        renewals_failing=held,
+        fence_margin=ctx.settings.leadership_options.fence_margin,
+        busy=ctx.cluster.busy,
+        busy_for=ctx.cluster.busy_for(),
+    )
