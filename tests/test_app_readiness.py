@@ -18,7 +18,13 @@ from aiohttp.test_utils import TestServer
 from app.factory import build
 from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess, renewal_failing_for
 from app.settings import Settings
-from coordination import STATE_TOPIC, ManualClock, MemoryBroker, MemoryTransport
+from coordination import (
+    STATE_TOPIC,
+    ManualClock,
+    MemoryBroker,
+    MemoryTransport,
+    TransportError,
+)
 from tests.sim import LEASE, RENEW, Cluster
 
 BOUNDS = ReadinessBounds(cluster_timeout=10.0, max_fold_lag=100, max_busy=30.0)
@@ -102,10 +108,10 @@ class BreakableTransport(MemoryTransport):
 
     broken = False
 
-    async def write_lease(self, role, token, partition, key, value):
+    async def begin_transaction(self, role, token):
         if self.broken:
-            raise ConnectionError("the broker is gone")
-        return await super().write_lease(role, token, partition, key, value)
+            raise TransportError("the broker is gone")
+        return await super().begin_transaction(role, token)
 
 
 async def test_a_held_role_whose_renewals_fail_turns_unready_after_half_the_margin():
