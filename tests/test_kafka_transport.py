@@ -23,16 +23,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import coordination.kafka.transport as kafka_transport_module
 from coordination import (
-    FencingToken,
-    Lease,
-    Registration,
     acquire_leadership,
     describe_leadership,
-    encode_key,
-    encode_lease,
-    encode_registration,
-    lease_key,
-    registration_key,
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
@@ -40,7 +32,7 @@ from coordination.kafka.options import ClientOptions
 from coordination.transport import PartitionRead
 from tests import polling
 from tests.kafka_io import committed_values
-from tests.lease_io import write_lease
+from tests.lease_io import lease_record, registration_record, write_lease
 from tests.loop import run_ready_callbacks
 
 pytestmark = pytest.mark.integration
@@ -110,16 +102,6 @@ def role() -> str:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def lease_record(role: str, token: FencingToken, member: str = "a") -> tuple[bytes, bytes]:
-    lease = Lease(member, token.producer_id, token.producer_epoch, 1, 2)
-    return encode_key(lease_key(role)), encode_lease(lease)
-
-
-def registration_record(role: str, member: str) -> tuple[bytes, bytes]:
-    return (encode_key(registration_key(role, member)),
-            encode_registration(Registration(member, 1)))
 
 
 async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:

@@ -25,20 +25,13 @@ from coordination import (
     NO_EPOCH,
     FencedError,
     FencingToken,
-    Lease,
     PartitionRead,
-    Registration,
     StateTopicError,
     TopicCheck,
-    encode_key,
-    encode_lease,
-    encode_registration,
-    lease_key,
     murmur2,
-    registration_key,
     to_positive,
 )
-from tests.lease_io import write_lease
+from tests.lease_io import lease_record, registration_record, write_lease
 from tests.transport_backends import KafkaBackend, MemoryBackend
 
 LEASE = 3.0
@@ -72,16 +65,6 @@ def role() -> str:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def lease_record(role: str, token: FencingToken, member: str = "a") -> tuple[bytes, bytes]:
-    lease = Lease(member, token.producer_id, token.producer_epoch, 1, 2)
-    return encode_key(lease_key(role)), encode_lease(lease)
-
-
-def registration_record(role: str, member: str) -> tuple[bytes, bytes]:
-    return (encode_key(registration_key(role, member)),
-            encode_registration(Registration(member, 1)))
 
 
 async def stable_read(cluster: Cluster, transport, partition: int) -> PartitionRead:
