@@ -8,6 +8,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
+from coordination import RoleState, describe_leadership, describe_role_state
+from coordination.kafka import KafkaTransport
+from tests.polling import eventually
+
+SETTLE_WITHIN = 10.0
+"""Seconds a role's acknowledged commit may take to become readable."""
+
 
 async def create_state_and_output_topics(
     bootstrap: str,
@@ -30,6 +37,20 @@ async def create_state_and_output_topics(
     finally:
         await admin.close()
     return state, output
+
+
+async def settled_role_state(transport: KafkaTransport, role: str,
+                             partitions: int) -> RoleState:
+    """The role's state once its last transaction is complete.
+
+    EndTxn is answered when the coordinator has logged PrepareCommit; the
+    commit markers, and with them the records' visibility to read_committed
+    readers, follow a few milliseconds later. A read straight after a
+    hand-back can therefore still show the lease its tombstone replaces.
+    """
+    await eventually(lambda: describe_leadership(transport, role),
+                     lambda status: not status.state.startswith("Prepare"), SETTLE_WITHIN)
+    return await describe_role_state(transport, role, partitions)
 
 
 async def read_committed(bootstrap: str, topic: str, partition: int = 0) -> list[ConsumerRecord]:

@@ -25,7 +25,11 @@ from coordination import (
     describe_role_state,
 )
 from coordination.kafka import KafkaTransport
-from tests.kafka_io import committed_values, create_state_and_output_topics
+from tests.kafka_io import (
+    committed_values,
+    create_state_and_output_topics,
+    settled_role_state,
+)
 from tests.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -175,7 +179,7 @@ async def test_a_resign_after_a_transaction_was_cut_off_at_the_fence_deadline_cl
         holding.cancel()
         await asyncio.gather(holding, return_exceptions=True)
         await leadership.resign()
-        role_state = await describe_role_state(transport, name, OPTIONS.partitions)
+        role_state = await settled_role_state(transport, name, OPTIONS.partitions)
         assert role_state.lease is None
         assert transport._producers == {}
     assert await committed_values(kafka_bootstrap, output) == []
@@ -257,7 +261,7 @@ async def test_cancelling_an_acquisition_at_any_await_point_leaves_no_leader(
         await asyncio.gather(acquiring, return_exceptions=True)
         assert transport.fired
         assert acquiring.cancelled()
-        role_state = await describe_role_state(transport, name, OPTIONS.partitions)
+        role_state = await settled_role_state(transport, name, OPTIONS.partitions)
         assert role_state.lease is None
         assert transport._producers == {}
         status = await describe_leadership(transport, name)
