@@ -48,6 +48,7 @@ from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.defaults import STATE_TOPIC
 from coordination.describe import describe_leadership, describe_role_state
 from coordination.errors import (
+    ConfigurationError,
     CoordinationError,
     EpochLostError,
     FencedError,
@@ -112,6 +113,7 @@ __all__ = [
     "STATE_TOPIC",
     "Change",
     "Clock",
+    "ConfigurationError",
     "CoordinationError",
     "Coordinator",
     "Elected",

@@ -5,7 +5,8 @@ failure of the network or the cluster that may pass (an unreachable broker,
 a request that timed out), and the core retries it until the fence deadline.
 The other errors are outcomes (`FencedError`, `EpochLostError`,
 `OutcomeUnknownError`), configuration the protocol cannot run on
-(`StateTopicError`), bad bytes (`FormatError`) or a call the lifecycle does
+(`StateTopicError`), settings that cannot work together
+(`ConfigurationError`), bad bytes (`FormatError`) or a call the lifecycle does
 not allow (`InvalidStateError`). Anything a transport raises that is not a
 `CoordinationError` (a `TypeError`, an `AttributeError`) is a bug and is
 never retried: a tenure that meets one ends at once with it in `err`.
@@ -15,6 +16,7 @@ A bad argument noticed before any I/O is a `ValueError`.
 from __future__ import annotations
 
 __all__ = [
+    "ConfigurationError",
     "CoordinationError",
     "EpochLostError",
     "FencedError",
@@ -74,6 +76,14 @@ class FencedError(CoordinationError):
     """The cluster rejected a write because a newer epoch holds the role.
 
     Every fence signal, whatever the broker's error code, surfaces as this.
+    """
+
+
+class ConfigurationError(CoordinationError, ValueError):
+    """Settings that cannot work together, found before any connection.
+
+    The message names the environment variable (or flag) at fault, such as
+    a SASL protocol without a mechanism or a TLS file that does not exist.
     """
 
 

@@ -14,6 +14,7 @@ from coordination.kafka.aiokafka_internals import AIOKAFKA
 AIOKAFKA.require(aiokafka.__version__)
 
 from coordination.defaults import STATE_TOPIC  # noqa: E402
+from coordination.kafka.connection import Connection  # noqa: E402
 from coordination.kafka.errors import (  # noqa: E402
     KafkaTransportError,
     KafkaUnavailableError,
@@ -23,6 +24,7 @@ from coordination.kafka.transport import KafkaTransport  # noqa: E402
 
 __all__ = [
     "STATE_TOPIC",
+    "Connection",
     "KafkaTransport",
     "KafkaTransportError",
     "KafkaUnavailableError",
