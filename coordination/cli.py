@@ -13,24 +13,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from coordination import defaults
 from coordination.describe import describe_leadership, describe_role_state
-from coordination.errors import StateTopicError
+from coordination.errors import ConfigurationError, StateTopicError
 from coordination.json_forms import lease_json, roster_json, token_json
-from coordination.kafka import KafkaTransport, KafkaUnavailableError
+from coordination.kafka import Connection, KafkaTransport, KafkaUnavailableError
 from coordination.partition import role_partition
 from coordination.state import RoleState
 from coordination.status import LeadershipStatus
 
 __all__ = ["main"]
-
-DEFAULT_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-
 
 def status_json(status: LeadershipStatus) -> dict[str, Any]:
     """The JSON form of a `LeadershipStatus`."""
@@ -52,9 +48,7 @@ def state_json(state: RoleState, partition: int) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP,
-                            help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS "
-                                 "or 127.0.0.1:9092)")
+    Connection.add_arguments(connection)
     connection.add_argument("--topic", default=defaults.STATE_TOPIC, help="the state topic")
     parser = argparse.ArgumentParser(
         prog="python -m coordination", description=__doc__,
@@ -78,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
+    connection = Connection.from_arguments(args)
+    async with KafkaTransport(connection.bootstrap_servers, topic=args.topic,
+                              **connection.client_options()) as transport:
         if args.command == "describe":
             return status_json(await describe_leadership(transport, args.role))
         if args.command == "state":
@@ -99,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         result = asyncio.run(_run(args))
-    except KafkaUnavailableError as exc:
+    except (KafkaUnavailableError, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (StateTopicError, ValueError) as exc:
