@@ -4,7 +4,7 @@ commands, all sharing one `Context`.
 
 This is the only module that wires those parts together (the context, the
 agents and the tables import none of each other's wiring; see
-tests/test_worker_layers.py). `app.main` builds the worker the CLI runs from
+tests/app/test_worker_layers.py). `app.main` builds the worker the CLI runs from
 environment settings; tests build their own with a memory store and an
 in-process transport.
 """

@@ -2,7 +2,7 @@
 
 `app.faust_patches` replaces three of Faust's methods with fixed copies, written
 against faust-streaming 0.15.3's source (docs/upstream-faust.md), and the
-recovery regression test wraps a fourth (``tests/faust_seek_check.py``). A
+recovery regression test wraps a fourth (``tests/app/faust_seek_check.py``). A
 release the patches were not checked against may have fixed, moved or changed
 what they replace, so the range is that one release: the worker refuses
 another at import unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (then it warns,

@@ -36,7 +36,7 @@ class Step:
 
 
 def stagger_ms(stagger: float) -> int:
-    """The stagger in milliseconds, rounded half up as the Go and Java ports do."""
+    """The stagger in milliseconds, rounded half up (as the Go package rounds it)."""
     return math.floor(stagger * 1000 + 0.5)
 
 

@@ -1,8 +1,9 @@
 """The frozen record format of ``__coordination_state`` (docs/design.md#the-record-format).
 
-Byte-compatible with the Go, Rust and Java ports; ``tests/vectors/`` holds the
-golden vectors every port asserts. Do not change a field, its order or a
-version number here without the same change in every port.
+Byte-compatible with the Go package this library was ported from, so other
+implementations can share the topic; ``tests/unit/vectors/`` holds the golden
+vectors any implementation can assert. The format is frozen: a field, its
+order or a version number never changes here.
 
     key:           i16 version=0 | i16 kind | string role | string member
     registration:  i16 version=0 | string member | i64 registered_at

@@ -2,7 +2,7 @@
 
 What it relies on of Kafka (docs/design.md#the-safety-argument and
 docs/design.md#the-kafka-adapter; each is proven by the ``[kafka]`` half of
-``tests/test_transport_contract.py`` on Kafka 4.4.0):
+``tests/kafka/test_transport_contract.py`` on Kafka 4.4.0):
 
 * **InitProducerId mints the leadership epoch.** Starting an aiokafka producer
   with ``transactional.id = role`` sends it; the coordinator bumps the role's

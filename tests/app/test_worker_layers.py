@@ -1,0 +1,158 @@
+"""The worker's modules form layers: no import cycle, one composition root.
+
+Read from the source with `ast` (nothing is imported): every ``import`` and
+``from ... import`` in the `app`, `agents` and `tables` packages, wherever it
+stands in the module (function bodies and ``TYPE_CHECKING`` blocks count),
+resolved to the worker module it names.
+
+- No module is part of an import cycle.
+- The composition root (`app.factory`, and `app.main`, which builds the
+  worker from the environment) is imported by nothing in `agents` or
+  `tables`, and by `app.main` only.
+- The context (`app.context`) imports no agent and no table module; the only
+  worker modules it imports (settings, metrics) import no worker module.
+- Only the composition root wires the parts: the modules that install agents,
+  the role service, the web view and the CLI commands, and the one that
+  declares the tables, are imported by the composition root alone.
+- A package's ``__init__`` imports no worker module, so importing one module
+  never runs another package's modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("app", "agents", "tables")
+COMPOSITION_ROOT = {"app.factory", "app.main"}
+CONTEXT = "app.context"
+WIRED = {"agents.fold", "agents.service", "app.web", "app.commands", "tables.faust_tables"}
+
+
+def _module_files() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = path
+    return modules
+
+
+MODULES = _module_files()
+
+
+def _resolve(name: str) -> str | None:
+    """The worker module `name` is, or the package holding it; None outside the worker."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str) -> set[str]:
+    """The worker modules `module` imports."""
+    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    package = module if MODULES[module].stem == "__init__" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            # ``from app import web`` imports the module app.web.
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                     for alias in node.names]
+        else:
+            continue
+        found |= {target for name in names if (target := _resolve(name)) is not None}
+    found.discard(module)
+    return found
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(GRAPH[node]):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def importers_of(target: str) -> set[str]:
+    return {module for module, imported in GRAPH.items() if target in imported}
+
+
+def test_the_graph_sees_the_worker_s_modules():
+    # A parser that found nothing would pass every check below.
+    assert {"app.factory", "app.context", "agents.fold", "tables.role_state"} <= set(MODULES)
+    assert "agents.fold" in GRAPH["app.factory"]
+    assert "app.web" in GRAPH["app.factory"]  # ``from app import ... web``
+
+
+def test_no_worker_module_is_part_of_an_import_cycle():
+    assert _cycles() == []
+
+
+@pytest.mark.parametrize("root", sorted(COMPOSITION_ROOT))
+def test_agents_and_tables_never_import_the_composition_root(root):
+    assert importers_of(root) <= {"app.main"}
+
+
+def test_the_context_imports_no_agent_and_no_table_module():
+    imported = GRAPH[CONTEXT]
+    assert {m for m in imported if m.split(".")[0] in ("agents", "tables")} == set()
+    assert {m: GRAPH[m] for m in imported if GRAPH[m]} == {}
+
+
+@pytest.mark.parametrize("wired", sorted(WIRED))
+def test_only_the_composition_root_wires_agents_tables_and_views(wired):
+    assert importers_of(wired) <= COMPOSITION_ROOT
+
+
+VERSION_GUARDS = {"app": {"app.faust_internals"}}
+"""What a package's ``__init__`` may import: the check of its dependency's version,
+a leaf that imports no worker module, which must run before anything uses it."""
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_init_imports_no_worker_module(package):
+    allowed = VERSION_GUARDS.get(package, set())
+    assert GRAPH[package] <= allowed
+    assert all(GRAPH[guard] == set() for guard in allowed)

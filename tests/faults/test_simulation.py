@@ -1,0 +1,240 @@
+"""Deterministic simulation: safety under random faults, seed by seed.
+
+CI runs `CI_SEEDS` seeds of `CI_LEASES` lease durations each (about 20 s on
+one core). Each failure message starts with the command that replays its
+seed and prints its whole trace:
+
+    python -m tests.faults.simulation --seed 1234 --leases 12
+
+The long run (many thousands of seeds) is the same command outside CI:
+
+    python -m tests.faults.simulation --seeds 5000
+
+with --start (default 100000) and --leases (default 24) to move or
+lengthen it. What the runs check, and why a livelock is the only liveness
+failure, is in tests/faults/simulation.py; the figures are in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+
+import pytest
+
+from coordination import FencedError, MemoryBroker, MemoryTransport
+from coordination.memory import MAX_EPOCH
+from tests.faults.simulation import (
+    LIVELOCK_LEASES,
+    TRANSACTION_CALLS,
+    SimConfig,
+    SimReport,
+    Simulation,
+    run_seed,
+)
+from tests.support.sim import LEASE, Cluster, FaultyTransport, MemberClock
+
+CI_SEEDS = 250
+CI_LEASES = 12
+
+
+@functools.cache
+def ci_report(seed: int) -> SimReport:
+    return run_seed(seed, duration_leases=CI_LEASES)
+
+
+def run(sim: Simulation) -> SimReport:
+    return asyncio.run(sim.run())
+
+
+@pytest.mark.parametrize("seed", range(CI_SEEDS))
+def test_no_seed_breaks_safety_or_livelocks(seed):
+    report = ci_report(seed)
+    assert report.ok, report.describe()
+
+
+def test_the_ci_seeds_exercise_every_fault():
+    reports = [ci_report(seed) for seed in range(CI_SEEDS)]
+    faults = Counter()
+    for report in reports:
+        faults.update(report.faults)
+    assert {"crash", "crash inside a transaction", "restart", "pause", "freeze", "resign",
+            "compaction"} <= set(faults)
+    assert sum(r.delayed_calls for r in reports) > 0
+    assert sum(r.smaller_id_moves for r in reports) > 0
+    assert sum(r.simultaneous_challenges for r in reports) > 0
+    assert sum(r.fenced_by_broker[call] for r in reports for call in TRANSACTION_CALLS) > 0
+    assert sum(r.total("fenced") for r in reports) > 0  # guarded writes among them
+    assert sum(r.total("unknown") for r in reports) > 0
+    assert any(len(set(r.config.skew_ms.values())) > 1 for r in reports)
+    assert any(len(r.config.roles) > r.config.partitions for r in reports)  # roles share
+
+
+def test_the_same_seed_replays_the_same_history():
+    first = run_seed(7, duration_leases=CI_LEASES)
+    second = run_seed(7, duration_leases=CI_LEASES)
+    assert first.trace == second.trace
+    assert [h.summary() for h in first.histories.values()] == [
+        h.summary() for h in second.histories.values()]
+
+
+# Scripted scenarios: one fault each, on a quiet cluster.
+
+
+def test_a_frozen_leader_thawed_after_its_lease_is_refused_by_the_broker():
+    sim = Simulation(SimConfig.quiet())
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))  # its clock stops too
+    report = run(sim)
+    assert report.ok, report.describe()
+    refused = sum(report.fenced_by_broker[call] for call in TRANSACTION_CALLS)
+    assert refused >= 1, report.describe()
+    assert report.histories["billing"].fenced >= 1
+    assert any("stops leading billing" in line and "superseded" in line
+               for line in report.trace), report.describe()
+
+
+def test_simultaneous_challengers_after_a_crash_leave_one_leader():
+    members = ("m1", "m2", "m3", "m4", "m5")
+    sim = Simulation(SimConfig.quiet(members, stagger={"billing": 0.0}))
+    sim.at(1.0, "crash", "@billing")
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.simultaneous_challenges >= 1
+    assert report.histories["billing"].tenures == 2
+
+
+def test_a_move_to_a_smaller_producer_id_keeps_the_history_safe():
+    config = SimConfig.quiet(producer_ids="descending", near_exhaustion={"billing": 1})
+    sim = Simulation(config)
+    for second in (2.0, 9.0, 16.0):
+        sim.at(second, "crash", "@billing", arg=0)
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.smaller_id_moves >= 1
+    assert report.histories["billing"].tenures >= 3
+
+
+def test_roles_sharing_one_partition_survive_a_leader_dying_inside_a_transaction():
+    config = SimConfig.quiet(("m1", "m2", "m3"), ("billing", "reports", "ledger"),
+                             partitions=1, delay_probability=0.3, delay_max_ms=400)
+    sim = Simulation(config)
+    # 2.2 s lands inside one of the leader's guarded transactions (asserted below).
+    sim.at(2.2, "crash", "@billing", arg=round(LEASE * 1000))
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.faults["crash inside a transaction"] == 1, report.describe()
+
+
+# The simulation can fail: brokers broken on purpose must be caught.
+
+
+class NoFencingBroker(MemoryBroker):
+    """Accepts writes and commits under any token the role ever had."""
+
+    def _current(self, role, token):
+        self.expire_transactions()
+        return self._ids[role]
+
+
+class NoBumpBroker(MemoryBroker):
+    """InitProducerId hands out the current token again instead of a new one."""
+
+    def _bump(self, entry):
+        self.epochs_minted += 1
+
+
+class RefusingBroker(MemoryBroker):
+    """Fences every transaction: nobody can ever write a lease."""
+
+    def begin(self, role, token):
+        raise FencedError(f"{role}: refused")
+
+
+def test_the_simulation_catches_a_broker_that_accepts_superseded_tokens():
+    sim = Simulation(SimConfig.quiet(), broker_factory=NoFencingBroker)
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    report = run(sim)
+    assert "tenure-regression" in report.histories["billing"].kinds(), report.describe()
+
+
+def test_the_simulation_catches_a_coordinator_that_reuses_a_token():
+    sim = Simulation(SimConfig.quiet(), broker_factory=NoBumpBroker)
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    report = run(sim)
+    assert any("live leaderships hold the current token" in v
+               for v in report.invariant_violations), report.describe()
+
+
+def test_a_role_without_a_leader_for_twenty_leases_is_reported_as_a_livelock():
+    config = SimConfig.quiet(duration=LEASE * (LIVELOCK_LEASES + 2))
+    report = run(Simulation(config, broker_factory=RefusingBroker))
+    assert report.livelocks, report.describe()
+    assert not report.ok
+
+
+# Regression tests for bugs the simulation found.
+
+
+async def test_bug_fenced_error_for_a_commit_whose_response_arrives_after_the_fence_deadline():
+    """Found by seed 5. The commit reached the broker and took effect, but its
+    response came back after the fence deadline: `Leadership._bounded` then
+    abandons it and raises FencedError, although the write is visible. A
+    guarded write that raises FencedError must never be visible."""
+    cluster = Cluster()
+    clock = MemberClock(cluster.clock)
+    late: dict[str, tuple[int, int]] = {}
+    transport = FaultyTransport(MemoryTransport(cluster.broker, clock=clock), clock,
+                                delay=lambda call: late.get(call, (0, 0)))
+    leader_task = cluster.candidate("a", transport=transport)
+    await cluster.until(leader_task.done, within=1)
+    leader = leader_task.result()
+    late["commit"] = (0, round(LEASE * 1000))  # the broker commits; the answer is late
+
+    async def write() -> BaseException | None:
+        try:
+            async with leader.transaction() as txn:
+                await txn.send("out", b"invoice-1", partition=0)
+        except Exception as exc:
+            return exc
+        return None
+
+    outcome = asyncio.create_task(write())
+    await cluster.until(outcome.done, within=LEASE * 2)
+    assert cluster.out_values() == [b"invoice-1"]  # the write took effect
+    assert not isinstance(outcome.result(), FencedError), outcome.result()
+
+
+async def test_bug_a_cancelled_guarded_write_leaves_its_send_running_in_the_background():
+    """Found by the simulation's loop-error check. `Leadership._bounded` did
+    not cancel its inner call when its caller was cancelled: the send went on
+    alone, reached the broker after the transaction was aborted, and died
+    with an exception nobody retrieved."""
+    cluster = Cluster()
+    clock = MemberClock(cluster.clock)
+    slow: dict[str, tuple[int, int]] = {}
+    transport = FaultyTransport(MemoryTransport(cluster.broker, clock=clock), clock,
+                                delay=lambda call: slow.get(call, (0, 0)))
+    leader_task = cluster.candidate("a", transport=transport)
+    await cluster.until(leader_task.done, within=1)
+    leader = leader_task.result()
+    slow["send"] = (500, 0)  # the request is on its way
+
+    async def write() -> None:
+        async with leader.transaction() as txn:
+            await txn.send("out", b"invoice-1", partition=0)
+
+    writer = asyncio.create_task(write())
+    await cluster.advance(0.1)
+    writer.cancel()  # the caller gives up (e.g. its role runner stops it)
+    await cluster.advance(1.0)
+    assert writer.cancelled()
+    assert cluster.broker.partition("out", 0).entries == []  # nothing reached the broker
+    assert transport.fenced_by_broker["send"] == 0
+
+
+def test_the_near_exhaustion_setting_starts_a_role_just_below_the_last_epoch():
+    config = SimConfig.quiet(near_exhaustion={"billing": 3}, duration=1.0)
+    report = run(Simulation(config))
+    assert report.ok, report.describe()
+    assert any(f":{MAX_EPOCH - 3 + 1}" in line for line in report.trace), report.describe()

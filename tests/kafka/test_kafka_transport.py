@@ -1,0 +1,266 @@
+"""KafkaTransport on a real broker: what only the Kafka adapter has.
+
+The rules both transports follow are tests/kafka/test_transport_contract.py; here
+are the adapter's own: fetch latency, one consumer for every tail, the
+transaction protocol version, cancellation inside aiokafka, unreachable
+clusters, closing, and the aiokafka options. Every test gets a fresh
+compacted state topic with a unique name. Waits poll with a deadline;
+nothing sleeps a fixed time."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+import coordination.kafka.transport as kafka_transport_module
+from coordination import (
+    acquire_leadership,
+    describe_leadership,
+    role_partition,
+)
+from coordination.kafka import KafkaTransport, KafkaUnavailableError
+from coordination.kafka.options import ClientOptions
+from coordination.transport import PartitionRead
+from tests.support import polling
+from tests.support.kafka_io import committed_values
+from tests.support.lease_io import lease_record, registration_record, write_lease
+from tests.support.loop import run_ready_callbacks
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+LEASE = 3.0
+TXN_TIMEOUT = 2.0
+DEADLINE = 30.0
+
+# ------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+async def admin(kafka_bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await client.start()
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def new_topic(admin: AIOKafkaAdminClient) -> Callable[..., Awaitable[str]]:
+    """Create a topic with a unique name (compacted unless told otherwise)."""
+
+    async def create(partitions: int = PARTITIONS, *, compacted: bool = True) -> str:
+        name = f"kt-{uuid.uuid4().hex[:10]}"
+        configs = {"cleanup.policy": "compact", "segment.ms": "600000"} if compacted else {}
+        response = await admin.create_topics(
+            [NewTopic(name, partitions, 1, topic_configs=configs)])
+        assert [error for _, error, _ in response.topic_errors] == [0]
+        return name
+
+    return create
+
+
+@pytest.fixture
+async def state_topic(new_topic: Callable[..., Awaitable[str]]) -> str:
+    return await new_topic()
+
+
+@pytest.fixture
+async def transports(
+    kafka_bootstrap: str, state_topic: str
+) -> AsyncIterator[Callable[..., Awaitable[KafkaTransport]]]:
+    """Open transports (processes) on the state topic; all closed at the end."""
+    opened: list[KafkaTransport] = []
+
+    async def open_transport(**options: Any) -> KafkaTransport:
+        transport = KafkaTransport(kafka_bootstrap, topic=state_topic, **options)
+        await transport.__aenter__()
+        opened.append(transport)
+        return transport
+
+    yield open_transport
+    for transport in opened:
+        await transport.close()
+
+
+@pytest.fixture
+async def transport(transports: Callable[..., Awaitable[KafkaTransport]]) -> KafkaTransport:
+    return await transports()
+
+
+@pytest.fixture
+def role() -> str:
+    return f"test.kt-{uuid.uuid4().hex[:8]}"
+
+
+# -------------------------------------------------------------------- helpers
+
+
+async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:
+    """A read once every commit marker is written (stable offset = high watermark)."""
+    return await polling.eventually(lambda: transport.read_partition(partition),
+                                    lambda read: read.last_stable_offset == read.high_watermark,
+                                    DEADLINE)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# ----------------------------------------------------------------- StateReader
+
+
+async def test_tail_returns_a_newly_committed_record_within_a_fetch_round_trip(
+    transport, role
+):
+    token = await transport.acquire_epoch(role, LEASE)
+    start = await stable_read(transport, 2)
+    tail = await transport.tail(2, start.last_stable_offset)
+    try:
+        waiting = asyncio.ensure_future(tail.next())
+        offset = await write_lease(transport, role, token, 2, *lease_record(role, token))
+        committed_at = time.monotonic()
+        seen: list[int] = []
+        while offset not in seen:
+            read = await asyncio.wait_for(waiting, DEADLINE)
+            seen += [r.offset for r in read.records]
+            waiting = asyncio.ensure_future(tail.next())
+        waiting.cancel()
+        assert seen == [offset]
+        assert time.monotonic() - committed_at < 1.0
+    finally:
+        await tail.close()
+
+
+async def test_tails_of_many_roles_share_one_consumer(transports, role, monkeypatch):
+    started: list[Any] = []
+
+    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    transport = await transports()
+    roles = [f"{role}-{i}" for i in range(40)]
+    tails = {r: await transport.tail(role_partition(r, PARTITIONS), 0) for r in roles}
+    try:
+        offsets = {r: await transport.append(role_partition(r, PARTITIONS),
+                                             *registration_record(r, "a")) for r in roles}
+        for r, tail in tails.items():
+            mine = (registration_record(r, "a")[0], offsets[r])
+            seen: list[tuple[bytes, int]] = []
+            while mine not in seen:
+                read = await asyncio.wait_for(tail.next(), DEADLINE)
+                seen += [(rec.key, rec.offset) for rec in read.records]
+        assert len(started) == 1
+    finally:
+        for tail in tails.values():
+            await tail.close()
+
+
+# --------------------------------------------------------------- LeaseWriter
+
+
+async def test_200_renewals_keep_the_token_on_a_transaction_version_2_cluster(
+    transport, role
+):
+    features = await transport.api_versions()
+    assert features.finalized_level("transaction.version") >= 2
+    token = await transport.acquire_epoch(role, LEASE)
+    for _ in range(200):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+    status = await transport.describe_epoch(role)
+    assert status.token == token
+    assert status.state in ("CompleteCommit", "PrepareCommit")
+
+
+async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, role):
+    token = await transport.acquire_epoch(role, LEASE)
+    for yields in range(0, 40, 3):
+        task = asyncio.ensure_future(
+            write_lease(transport, role, token, 0, *lease_record(role, token)))
+        await run_ready_callbacks(yields)  # cancel at a different await each round
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+    assert (await transport.describe_epoch(role)).token == token
+
+
+# ------------------------------------------------------------------ reachability
+
+
+async def test_an_unreachable_bootstrap_is_a_clear_error_within_30_seconds():
+    servers = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    async with KafkaTransport(servers, operation_timeout=10) as transport:
+        for call in (lambda: transport.describe_epoch("any.role"),
+                     lambda: transport.acquire_epoch("any.role", LEASE),
+                     lambda: transport.check_topic(PARTITIONS, LEASE)):
+            with pytest.raises(KafkaUnavailableError, match=re.escape(servers)):
+                await call()
+    assert time.monotonic() - started < 30
+
+
+# ------------------------------------------------------------------ lifecycle
+
+
+async def test_closing_the_transport_stops_every_client_it_started(kafka_bootstrap,
+                                                                    state_topic, role):
+    before = asyncio.all_tasks()
+    async with KafkaTransport(kafka_bootstrap, topic=state_topic) as transport:
+        token = await transport.acquire_epoch(role, LEASE)
+        await transport.check_topic(PARTITIONS, LEASE)
+        await transport.append(0, *registration_record(role, "a"))
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+        await transport.read_partition(0)
+        tail = await transport.tail(0, 0)
+        await transport.describe_epoch(role)
+    assert tail is not None
+    left = [t for t in asyncio.all_tasks() - before if not t.done()]
+    assert left == []
+
+
+def test_connection_options_reach_every_client():
+    security = {"security_protocol": "SASL_SSL", "ssl_context": object(),
+                "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "u",
+                "sasl_plain_password": "p", "client_id": "krabka"}
+    options = ClientOptions("127.0.0.1:9", security)
+    for kwargs in (options.producer(transactional_id="r"), options.consumer(),
+                   options.admin(), options.client()):
+        assert {k: kwargs[k] for k in security} == security
+
+
+def test_options_the_protocol_fixes_are_refused():
+    with pytest.raises(ValueError, match="isolation_level"):
+        KafkaTransport("127.0.0.1:9", isolation_level="read_uncommitted")
+    with pytest.raises(TypeError, match="no_such_option"):
+        KafkaTransport("127.0.0.1:9", no_such_option=1)
+
+
+# --------------------------------------------------------------- end to end
+
+
+async def test_the_leadership_flow_runs_on_the_real_broker(kafka_bootstrap, transport, role,
+                                                           new_topic):
+    output = await new_topic(1, compacted=False)
+    leadership = await acquire_leadership(
+        transport, role, "a", partitions=PARTITIONS, lease_duration=3, renew_interval=1,
+        challenge_stagger=0.5)
+    assert (await describe_leadership(transport, role)).authoritative(leadership.token)
+    async with leadership.transaction() as txn:
+        await txn.send(output, b"guarded", partition=0)
+    assert await committed_values(kafka_bootstrap, output) == [b"guarded"]
+    await leadership.resign()
+    assert not (await describe_leadership(transport, role)).authoritative(leadership.token)

@@ -1,0 +1,224 @@
+"""Leadership rules on the real broker, with several members in one test process.
+
+Each member has its own KafkaTransport, hence its own producers: to the
+broker they are separate clients, exactly as separate processes are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from coordination import (
+    FencedError,
+    Leadership,
+    acquire_leadership,
+    describe_leadership,
+    encode_key,
+    encode_lease,
+    lease_key,
+)
+from coordination.kafka import KafkaTransport
+from coordination.records import Lease
+from tests.faults.faults import stop_the_world_until
+from tests.support.kafka_io import committed_values, create_state_and_output_topics
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+LEASE = 3.0
+TIMING = {"lease_duration": LEASE, "renew_interval": 1.0, "challenge_stagger": 0.5}
+
+
+@pytest.fixture
+async def cluster(kafka_bootstrap):
+    """Transports for the members of one test; all closed at the end."""
+    opened: list[KafkaTransport] = []
+
+    class Cluster:
+        bootstrap = kafka_bootstrap
+        role = f"test.role-{uuid.uuid4().hex[:8]}"
+
+        async def setup(self, partitions: int = 4) -> None:
+            self.partitions = partitions
+            self.state, self.output = await create_state_and_output_topics(
+                kafka_bootstrap, partitions)
+
+        async def transport(self) -> KafkaTransport:
+            transport = KafkaTransport(kafka_bootstrap, topic=self.state)
+            await transport.__aenter__()
+            opened.append(transport)
+            return transport
+
+        async def acquire(self, member: str, role: str | None = None,
+                          transport: KafkaTransport | None = None, **options: float):
+            return await acquire_leadership(
+                transport or await self.transport(), role or self.role, member,
+                partitions=self.partitions, **{**TIMING, **options},
+            )
+
+    yield Cluster()
+    for transport in opened:
+        await transport.__aexit__(None, None, None)
+
+
+def stop_renewing(leadership: Leadership) -> None:
+    """The leader's process hangs: no renewals, no fence-deadline watcher."""
+    for task in leadership._tasks:
+        task.cancel()
+
+
+class BarrierTransport(KafkaTransport):
+    """Holds every InitProducerId at a barrier, so all challenges start together."""
+
+    barrier: asyncio.Barrier
+
+    async def acquire_epoch(self, role, transaction_timeout, current=None):
+        if current is None:
+            await self.barrier.wait()
+        return await super().acquire_epoch(role, transaction_timeout, current)
+
+
+async def test_simultaneous_challenges_leave_one_leader_and_mint_few_epochs(cluster):
+    await cluster.setup()
+    leader = await cluster.acquire("a")
+    barrier = asyncio.Barrier(3)
+    standbys = []
+    for member in ("b", "c", "d"):
+        transport = BarrierTransport(cluster.bootstrap, topic=cluster.state)
+        transport.barrier = barrier
+        await transport.__aenter__()
+        standbys.append((transport, asyncio.create_task(
+            cluster.acquire(member, transport=transport, challenge_stagger=0.0))))
+    observer = await cluster.transport()
+    before = (await describe_leadership(observer, cluster.role)).token
+    stop_renewing(leader)
+    try:
+        tasks = [task for _, task in standbys]
+        done, _ = await asyncio.wait(tasks, timeout=LEASE * 10,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert done, "no standby took over"
+        # Let any member that won a write but lost the epoch meet its fence.
+        await asyncio.wait(tasks, timeout=LEASE * 2)
+        leading = [t.result() for t in tasks if t.done() and not t.result().done.done()]
+        assert len(leading) == 1
+        status = await describe_leadership(observer, cluster.role)
+        assert status.authoritative(leading[0].token)
+        assert status.token.producer_id == before.producer_id
+        assert status.token.producer_epoch - before.producer_epoch <= len(standbys) + 1
+    finally:
+        for transport, task in standbys:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await transport.__aexit__(None, None, None)
+
+
+async def test_a_stuck_stable_offset_does_not_depose_another_roles_live_leader(cluster):
+    await cluster.setup(partitions=1)  # both roles share the only partition
+    other_role = cluster.role + ".other"
+    other_transport = await cluster.transport()
+    other = await cluster.acquire("x", role=other_role, transport=other_transport)
+    leader = await cluster.acquire("a")
+    standby = asyncio.create_task(cluster.acquire("b"))
+    # The other role's holder dies in the middle of a lease transaction.
+    stop_renewing(other)
+    txn = await other_transport.begin_transaction(other_role, other.token)
+    lease = Lease("x", other.token.producer_id, other.token.producer_epoch, 0, 1)
+    await txn.write_lease(0, encode_key(lease_key(other_role)), encode_lease(lease))
+    try:
+        # Longer than the lease, the coordinator's abort of the dead transaction,
+        # and the standby's hold all together.
+        done, _ = await asyncio.wait([standby, leader.done], timeout=LEASE * 4)
+        assert not done, "the live leader was deposed or ended"
+        status = await describe_leadership(await cluster.transport(), cluster.role)
+        assert status.authoritative(leader.token)
+    finally:
+        standby.cancel()
+        await asyncio.gather(standby, return_exceptions=True)
+
+
+async def test_bug_a_deposed_leaders_resign_fenced_its_successors_open_transaction(cluster):
+    """Found by the real-process fault runs (the frozen zombie): the
+    conditional InitProducerId of a superseded token aborted the successor's
+    open transaction, because Kafka checks only the producer id first."""
+    await cluster.setup()
+    zombie = await cluster.acquire("a")
+    stop_renewing(zombie)  # hung: its lease lapses, its producer stays open
+    successor = await asyncio.wait_for(cluster.acquire("b"), LEASE * 4)
+    async with successor.transaction() as txn:
+        await txn.send(cluster.output, b"successor", partition=0)
+        await zombie.resign(deregister=False)
+    assert await committed_values(cluster.bootstrap, cluster.output) == [b"successor"]
+    assert not successor.done.done()
+    await successor.resign()
+
+
+async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinator(cluster):
+    await cluster.setup()
+    leader = await cluster.acquire("a")
+
+    def coordinator_moved_on() -> bool:
+        answer = subprocess.run(
+            [sys.executable, "-m", "coordination", "describe", cluster.role,
+             "--bootstrap-servers", cluster.bootstrap],
+            capture_output=True, text=True, timeout=30, check=True)
+        token = json.loads(answer.stdout)["token"]
+        return token != {"producer_id": leader.token.producer_id,
+                         "producer_epoch": leader.token.producer_epoch}
+
+    observer = await cluster.transport()
+
+    async def paused_transaction() -> None:
+        async with leader.transaction() as txn:
+            await txn.send(cluster.output, b"before the pause", partition=0)
+            # Only a transaction the coordinator knows of (a partition added) can time out.
+            await eventually(lambda: describe_leadership(observer, cluster.role),
+                             lambda status: status.state == "Ongoing", within=LEASE)
+            # The whole process stops (a GC pause, a stopped VM) until the
+            # coordinator has aborted the transaction for its timeout.
+            stop_the_world_until(coordinator_moved_on, within=LEASE * 10)
+            await txn.send(cluster.output, b"after the pause", partition=0)
+
+    with pytest.raises(FencedError):
+        await paused_transaction()
+    assert isinstance(leader.err, FencedError)
+    status = await describe_leadership(observer, cluster.role)
+    assert status.token.producer_id == leader.token.producer_id
+    assert status.token.producer_epoch > leader.token.producer_epoch
+    assert await committed_values(cluster.bootstrap, cluster.output) == []
+
+async def test_200_renewals_keep_the_token_and_only_the_current_tenure_is_authoritative(
+    cluster,
+):
+    await cluster.setup()
+    transport = await cluster.transport()
+    features = await transport.api_versions()
+    assert features.finalized_level("transaction.version") >= 2
+    first = await cluster.acquire("a", transport=transport, renew_interval=0.005)
+    renewals = 0
+
+    def renewed(_lease, _latency) -> None:
+        nonlocal renewals
+        renewals += 1
+
+    first.on_renewed = renewed
+
+    async def renewed_so_far() -> int:
+        return renewals
+
+    await eventually(renewed_so_far, lambda count: count >= 200, within=120)
+    observer = await cluster.transport()
+    status = await describe_leadership(observer, cluster.role)
+    assert status.token == first.token
+    assert status.authoritative(first.token)
+    await first.resign()
+    second = await cluster.acquire("b")
+    status = await describe_leadership(observer, cluster.role)
+    assert not status.authoritative(first.token)
+    assert status.authoritative(second.token)
+    assert second.tenure > first.tenure

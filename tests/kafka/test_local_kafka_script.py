@@ -1,0 +1,122 @@
+"""deploy/kafka/kafka.py without a broker (the session fixture starts the real one).
+
+The CLI is run as the Makefile runs it; its pure parts are loaded from the file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "kafka.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def kafka_py() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("local_kafka_script", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_status_of_an_empty_dir_exits_3(tmp_path: Path) -> None:
+    done = run("status", "--dir", str(tmp_path))
+    assert done.returncode == 3, done
+    assert "no cluster" in done.stdout
+
+
+def test_down_of_an_empty_dir_exits_0(tmp_path: Path) -> None:
+    done = run("down", "--dir", str(tmp_path))
+    assert done.returncode == 0, done
+
+
+def test_node_commands_need_a_cluster(tmp_path: Path) -> None:
+    for command in ("kill", "start-node"):
+        done = run(command, "--dir", str(tmp_path), "--node", "1")
+        assert done.returncode == 1, done
+        assert "no cluster" in done.stderr
+
+
+def test_only_one_or_three_nodes(tmp_path: Path) -> None:
+    done = run("up", "--dir", str(tmp_path), "--nodes", "2")
+    assert done.returncode == 2
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_three_node_properties(kafka_py: ModuleType, tmp_path: Path) -> None:
+    cluster = kafka_py.Cluster(str(tmp_path), 3, 19092, "id", "512m", None, 19192)
+    props = [
+        dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
+        for text in (kafka_py.server_properties(cluster, node) for node in (1, 2, 3))
+    ]
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    assert {p["controller.quorum.voters"] for p in props} == {
+        "1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194"
+    }
+    assert props[1]["listeners"] == "PLAINTEXT://127.0.0.1:19093,CONTROLLER://127.0.0.1:19193"
+    assert len({p["log.dirs"] for p in props}) == 3
+    for p in props:
+        assert p["transaction.state.log.replication.factor"] == "3"
+        assert p["transaction.state.log.min.isr"] == "2"
+        assert p["auto.create.topics.enable"] == "false"
+        assert p["transaction.abort.timed.out.transaction.cleanup.interval.ms"] == "1000"
+    assert cluster.bootstrap() == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+
+
+def test_single_node_replication_is_one(kafka_py: ModuleType, tmp_path: Path) -> None:
+    cluster = kafka_py.Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192)
+    text = kafka_py.server_properties(cluster, 1)
+    assert "transaction.state.log.replication.factor=1\n" in text
+    assert "transaction.state.log.min.isr=1\n" in text
+    assert "offsets.topic.replication.factor=1\n" in text
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[int]:
+    """A TCP port that accepts connections and never speaks Kafka."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    server.close()
+
+
+def test_readiness_is_a_kafka_request_not_a_port_check(
+    kafka_py: ModuleType, silent_listener: int
+) -> None:
+    assert not kafka_py.api_versions_ok(silent_listener)
+    assert kafka_py.metadata_brokers(silent_listener) is None

@@ -1,0 +1,512 @@
+"""The transport contract: what the protocol relies on of Kafka, for both transports.
+
+Every test runs against `MemoryTransport` (``[memory]``) and against
+`KafkaTransport` on the real broker (``[kafka]``, marked `integration`), so
+the in-memory model the deterministic simulation runs on is held to what
+Kafka does. Each test gets a fresh cluster view: a new state topic, and
+`cluster.process()` opens another client process on it. Waits poll with a
+deadline; in memory, time passes by moving the cluster's clock.
+
+Run against a broken in-memory broker (``TRANSPORT_CONTRACT_BROKER``, see
+tests/faults/broken_brokers.py) the suite must fail; tests/kafka/test_contract_can_fail.py
+checks that it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from coordination import (
+    NO_EPOCH,
+    FencedError,
+    FencingToken,
+    PartitionRead,
+    StateTopicError,
+    TopicCheck,
+    murmur2,
+    to_positive,
+)
+from tests.support.lease_io import lease_record, registration_record, write_lease
+from tests.support.transport_backends import KafkaBackend, MemoryBackend
+
+LEASE = 3.0
+TXN_TIMEOUT = 2.0
+
+Cluster = MemoryBackend | KafkaBackend
+
+
+@pytest.fixture(params=[
+    pytest.param("memory", id="memory"),
+    pytest.param("kafka", id="kafka", marks=pytest.mark.integration),
+])
+def backend(request: pytest.FixtureRequest) -> Cluster:
+    if request.param == "kafka":
+        return KafkaBackend(request.getfixturevalue("kafka_bootstrap"))
+    return MemoryBackend()
+
+
+@pytest.fixture
+async def cluster(backend: Cluster) -> AsyncIterator[Cluster]:
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+@pytest.fixture
+def role() -> str:
+    return f"test.contract-{uuid.uuid4().hex[:8]}"
+
+
+# -------------------------------------------------------------------- helpers
+
+
+async def stable_read(cluster: Cluster, transport, partition: int) -> PartitionRead:
+    """A read once every commit marker is written (stable offset = high watermark)."""
+    return await cluster.eventually(lambda: transport.read_partition(partition),
+                                    lambda read: read.last_stable_offset == read.high_watermark)
+
+
+async def committed_values(cluster: Cluster, topic: str) -> list[bytes | None]:
+    """What a read_committed reader of partition 0 of `topic` sees once it is stable."""
+    reader = await cluster.process(topic)
+    return [record.value for record in (await stable_read(cluster, reader, 0)).records]
+
+
+# ---------------------------------------------------------------- Coordinator
+
+
+async def test_the_first_acquire_mints_epoch_0_and_each_next_one_bumps_it(cluster, role):
+    transport = await cluster.process()
+    tokens = [await transport.acquire_epoch(role, LEASE) for _ in range(8)]
+    first = tokens[0]
+    assert first.producer_epoch == 0
+    assert tokens == [FencingToken(first.producer_id, epoch) for epoch in range(8)]
+
+
+async def test_roles_get_distinct_producer_ids(cluster, role):
+    transport = await cluster.process()
+    a = await transport.acquire_epoch(f"{role}-a", LEASE)
+    b = await transport.acquire_epoch(f"{role}-b", LEASE)
+    assert a.producer_id != b.producer_id
+
+
+async def test_describe_epoch_reports_the_producers_token(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    status = await transport.describe_epoch(role)
+    assert (status.token, status.state) == (token, "Empty")
+    assert status.authoritative(token)
+
+
+async def test_a_role_never_taken_describes_as_no_epoch(cluster, role):
+    status = await (await cluster.process()).describe_epoch(role)
+    assert (status.token, status.state) == (NO_EPOCH, "Unknown")
+    assert not status.authoritative(NO_EPOCH)
+
+
+async def test_a_lease_write_of_a_superseded_producer_is_fenced(cluster, role):
+    old, new = await cluster.process(), await cluster.process()
+    token = await old.acquire_epoch(role, LEASE)
+    successor = await new.acquire_epoch(role, LEASE)
+    assert successor == FencingToken(token.producer_id, token.producer_epoch + 1)
+    with pytest.raises(FencedError):
+        await write_lease(old, role, token, 0, *lease_record(role, token))
+    with pytest.raises(FencedError):  # the fenced producer is gone for good
+        await write_lease(old, role, token, 0, *lease_record(role, token))
+    assert (await stable_read(cluster, new, 0)).records == []
+
+
+async def test_a_challenge_during_an_open_transaction_aborts_it_with_an_extra_bump(
+    cluster, role
+):
+    output = await cluster.new_topic(1, compacted=False)
+    old, new = await cluster.process(), await cluster.process()
+    first = await old.acquire_epoch(role, LEASE)
+    txn = await old.begin_transaction(role, first)
+    await txn.send(output, b"zombie", partition=0)
+    token = await new.acquire_epoch(role, LEASE)
+    assert token == FencingToken(first.producer_id, first.producer_epoch + 2)
+    with pytest.raises(FencedError):
+        await txn.commit()
+    assert await committed_values(cluster, output) == []
+
+
+async def test_a_conditional_bump_with_the_current_token_bumps(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    bumped = await transport.acquire_epoch(role, LEASE, current=token)
+    assert bumped == FencingToken(token.producer_id, token.producer_epoch + 1)
+    assert (await transport.describe_epoch(role)).token == bumped
+    with pytest.raises(FencedError):  # the resigned token cannot write any more
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+
+
+async def test_a_conditional_bump_moves_the_producer_to_the_new_epoch(cluster, role):
+    """The producer that held the bumped token writes on under the new one:
+    several transactions, so the idempotent sequence numbers restart too."""
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    await write_lease(transport, role, token, 0, *lease_record(role, token))
+    bumped = await transport.acquire_epoch(role, LEASE, current=token)
+    offsets = [await write_lease(transport, role, bumped, 0, *lease_record(role, bumped))
+               for _ in range(3)]
+    assert offsets == sorted(offsets)
+    read = await stable_read(cluster, transport, 0)
+    assert read.records[-1].offset == offsets[-1]
+    assert (await transport.describe_epoch(role)).token == bumped
+    await transport.release(role, bumped)
+
+
+async def test_a_conditional_bump_with_a_stale_token_is_fenced_and_bumps_nothing(
+    cluster, role
+):
+    old, new = await cluster.process(), await cluster.process()
+    stale = await old.acquire_epoch(role, LEASE)
+    successor = await new.acquire_epoch(role, LEASE)
+    with pytest.raises(FencedError):
+        await old.acquire_epoch(role, LEASE, current=stale)
+    assert (await new.describe_epoch(role)).token == successor
+    # the successor still writes
+    await write_lease(new, role, successor, 0, *lease_record(role, successor))
+
+
+async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_open_transaction(
+    cluster, role
+):
+    """Kafka checks only the producer id of a conditional InitProducerId
+    before it aborts an ongoing transaction: a stale epoch fences the current
+    one if its transaction is open (Leadership.resign therefore asks first)."""
+    output = await cluster.new_topic(1, compacted=False)
+    old, new = await cluster.process(), await cluster.process()
+    stale = await old.acquire_epoch(role, LEASE)
+    successor = await new.acquire_epoch(role, LEASE)
+    txn = await new.begin_transaction(role, successor)
+    await txn.send(output, b"successor", partition=0)
+    with pytest.raises(FencedError):
+        await old.acquire_epoch(role, LEASE, current=stale)
+    assert (await new.describe_epoch(role)).token == FencingToken(
+        successor.producer_id, successor.producer_epoch + 1)
+    with pytest.raises(FencedError):
+        await txn.commit()
+    assert await committed_values(cluster, output) == []
+
+
+async def test_a_transaction_open_past_its_timeout_is_aborted_with_a_bump(cluster, role):
+    output = await cluster.new_topic(1, compacted=False)
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, TXN_TIMEOUT)
+    txn = await transport.begin_transaction(role, token)
+    await txn.send(output, b"too slow", partition=0)
+    status = await cluster.eventually(lambda: transport.describe_epoch(role),
+                                      lambda status: status.token != token)
+    assert status.token == FencingToken(token.producer_id, token.producer_epoch + 1)
+
+    async def send_and_commit() -> None:
+        await txn.send(output, b"too late", partition=0)
+        await txn.commit()
+
+    with pytest.raises(FencedError):
+        await send_and_commit()
+    with pytest.raises(FencedError):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+    assert await committed_values(cluster, output) == []
+
+
+# ----------------------------------------------------------------- StateReader
+
+
+async def test_read_partition_of_an_empty_partition_is_empty(cluster):
+    assert await (await cluster.process()).read_partition(0) == PartitionRead([], 0, 0)
+
+
+async def test_offsets_are_per_partition(cluster, role):
+    transport = await cluster.process()
+    record = registration_record(role, "a")
+    assert [await transport.append(0, *record), await transport.append(1, *record),
+            await transport.append(0, *record)] == [0, 0, 1]
+
+
+async def test_a_commit_marker_takes_an_offset(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    assert await write_lease(transport, role, token, 0, *lease_record(role, token)) == 0
+    assert await write_lease(transport, role, token, 0, *lease_record(role, token)) == 2
+
+
+async def test_read_partition_returns_committed_records_in_offset_order(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    offsets = [await transport.append(1, *registration_record(role, "a")),
+               await write_lease(transport, role, token, 1, *lease_record(role, token)),
+               await transport.append(1, *registration_record(role, "b")),
+               await write_lease(transport, role, token, 1, *lease_record(role, token, "b"))]
+    read = await stable_read(cluster, transport, 1)
+    assert [r.offset for r in read.records] == offsets
+    assert [(r.key, r.value) for r in read.records] == [
+        registration_record(role, "a"), lease_record(role, token),
+        registration_record(role, "b"), lease_record(role, token, "b")]
+
+
+async def test_a_record_carries_its_writers_clock_as_its_timestamp(cluster, role):
+    """CreateTime: the producer stamps a record, so a member's skewed clock is
+    what its records say (the simulation skews members' clocks this way)."""
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    before = cluster.now_ms()
+    await transport.append(0, *registration_record(role, "a"))
+    await write_lease(transport, role, token, 0, *lease_record(role, token))
+    after = cluster.now_ms()
+    read = await stable_read(cluster, transport, 0)
+    assert len(read.records) == 2
+    assert all(before <= r.timestamp <= after for r in read.records)
+
+
+async def test_records_of_an_open_transaction_are_invisible_and_hold_the_stable_offset(
+    cluster, role
+):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    before = await transport.append(0, *registration_record(role, "before"))
+    txn = await transport.begin_transaction(role, token)
+    open_at = await txn.write_lease(0, *lease_record(role, token))
+    after = await transport.append(0, *registration_record(role, "after"))
+    try:
+        read = await transport.read_partition(0)
+        assert [r.offset for r in read.records] == [before]
+        assert (read.last_stable_offset, read.high_watermark) == (open_at, after + 1)
+    finally:
+        await txn.abort()
+
+
+async def test_committed_transactions_become_visible_in_offset_order(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    txn = await transport.begin_transaction(role, token)
+    leased = await txn.write_lease(0, *lease_record(role, token))
+    after = await transport.append(0, *registration_record(role, "after"))
+    await txn.commit()
+    read = await stable_read(cluster, transport, 0)
+    assert [r.offset for r in read.records] == [leased, after]
+    assert read.high_watermark == after + 2  # the commit marker
+
+
+async def test_aborted_records_stay_invisible(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    txn = await transport.begin_transaction(role, token)
+    aborted = await txn.write_lease(0, *lease_record(role, token, "aborted"))
+    await txn.abort()
+    committed = await write_lease(transport, role, token, 0,
+                                  *lease_record(role, token, "committed"))
+    read = await stable_read(cluster, transport, 0)
+    assert [r.offset for r in read.records] == [committed]
+    assert aborted < committed
+
+
+async def test_guarded_sends_to_other_topics_commit_with_the_transaction(cluster, role):
+    output = await cluster.new_topic(2, compacted=False)
+    transport = await cluster.process()
+    reader = await cluster.process(output)
+    token = await transport.acquire_epoch(role, LEASE)
+    txn = await transport.begin_transaction(role, token)
+    await txn.send(output, b"invoice", partition=1)
+    assert (await reader.read_partition(1)).records == []
+    await txn.commit()
+    read = await stable_read(cluster, reader, 1)
+    assert [r.value for r in read.records] == [b"invoice"]
+
+
+async def test_a_keyed_send_without_a_partition_goes_where_kafkas_partitioner_puts_it(
+    cluster, role
+):
+    output = await cluster.new_topic(4, compacted=False)
+    transport = await cluster.process()
+    reader = await cluster.process(output)
+    token = await transport.acquire_epoch(role, LEASE)
+    keys = [f"key-{i}".encode() for i in range(8)]
+    txn = await transport.begin_transaction(role, token)
+    for key in keys:
+        await txn.send(output, key, key=key)
+    await txn.commit()
+    landed = {partition: [r.value for r in (await stable_read(cluster, reader, partition)).records]
+              for partition in range(4)}
+    assert landed == {partition: [k for k in keys if to_positive(murmur2(k)) % 4 == partition]
+                      for partition in range(4)}
+    assert len([p for p, values in landed.items() if values]) > 1
+
+
+async def test_a_tail_returns_records_as_they_are_committed(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    start = await transport.append(2, *registration_record(role, "old"))
+    tail = await transport.tail(2, start + 1)
+    try:
+        waiting = asyncio.ensure_future(tail.next())
+        offset = await write_lease(transport, role, token, 2, *lease_record(role, token))
+        seen: list[int] = []
+        while offset not in seen:
+            read = await asyncio.wait_for(waiting, 30)
+            seen += [r.offset for r in read.records]
+            waiting = asyncio.ensure_future(tail.next())
+        waiting.cancel()
+        assert seen == [offset]
+    finally:
+        await tail.close()
+
+
+async def test_a_tail_reports_an_open_transaction_and_wakes_when_it_ends(cluster, role):
+    """A transaction's first record holds the stable offset below the high
+    watermark; its abort moves the stable offset with no record to return."""
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    tail = await transport.tail(1, 0)
+    txn = await transport.begin_transaction(role, token)
+    try:
+        open_at = await txn.write_lease(1, *lease_record(role, token))
+        read = await asyncio.wait_for(tail.next(), 30)
+        while read.high_watermark <= open_at:
+            read = await asyncio.wait_for(tail.next(), 30)
+        assert (read.records, read.last_stable_offset) == ([], open_at)
+        await txn.abort()
+        while read.last_stable_offset <= open_at:
+            read = await asyncio.wait_for(tail.next(), 30)
+            assert read.records == []
+        assert read.last_stable_offset == open_at + 2  # past the abort marker
+    finally:
+        await tail.close()
+
+
+async def test_cancelling_tail_next_loses_no_record(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    tail = await transport.tail(3, 0)
+    written = [await write_lease(transport, role, token, 3, *lease_record(role, token, f"m{i}"))
+               for i in range(20)]
+    seen: list[int] = []
+    deadline = time.monotonic() + 30
+    try:
+        while seen != written:
+            assert time.monotonic() < deadline, f"saw {seen}, wrote {written}"
+            # Cancelled again and again, often while records are queued.
+            try:
+                read = await asyncio.wait_for(tail.next(), 0.002)
+            except TimeoutError:
+                continue
+            seen += [r.offset for r in read.records]
+    finally:
+        await tail.close()
+    assert seen == written
+
+
+# ------------------------------------------------------------------ compaction
+
+
+async def test_compaction_removes_tombstones_and_superseded_records_and_keeps_offsets(
+    cluster, role
+):
+    topic = await cluster.new_topic(1, eager_compaction=True)
+    transport = await cluster.process(topic)
+    a, b, c = (registration_record(role, member)[0] for member in "abc")
+    written = [await transport.append(0, key, value)
+               for key, value in [(a, b"1"), (b, b"1"), (a, b"2"), (c, b"1"), (c, None)]]
+    roll = registration_record(role, "roll")[0]
+
+    async def probe() -> list[tuple[int, bytes, bytes | None]]:
+        # Kafka compacts only closed segments; an append closes the old one.
+        await transport.append(0, roll, b"")
+        read = await transport.read_partition(0)
+        return [(r.offset, r.key, r.value) for r in read.records if r.key != roll]
+
+    kept = await cluster.eventually(probe, lambda kept: len(kept) == 2)
+    assert kept == [(written[1], b, b"1"), (written[2], a, b"2")]
+
+
+# ----------------------------------------------------------------- check_topic
+
+
+async def test_check_topic_accepts_the_state_topic_and_reports_the_abort_cleanup_interval(
+    cluster
+):
+    check = await (await cluster.process()).check_topic(cluster.partitions, LEASE)
+    assert isinstance(check, TopicCheck)
+    assert check.abort_cleanup_interval_ms > 0
+
+
+async def test_check_topic_refuses_a_missing_topic_and_says_how_to_create_it(cluster):
+    transport = await cluster.process(f"contract-never-created-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(StateTopicError, match="does not exist") as refused:
+        await transport.check_topic(cluster.partitions, LEASE)
+    assert "cleanup.policy=compact" in str(refused.value)
+    assert "--create" in str(refused.value)
+
+
+async def test_check_topic_refuses_a_topic_that_is_not_compacted(cluster):
+    transport = await cluster.process(await cluster.new_topic(compacted=False))
+    with pytest.raises(StateTopicError, match=r"cleanup\.policy") as refused:
+        await transport.check_topic(cluster.partitions, LEASE)
+    assert "must be exactly 'compact'" in str(refused.value)
+
+
+async def test_check_topic_refuses_another_partition_count(cluster):
+    transport = await cluster.process()
+    with pytest.raises(StateTopicError, match=f"has {cluster.partitions} partitions") as refused:
+        await transport.check_topic(cluster.partitions * 2, LEASE)
+    assert f"configure every member with partitions={cluster.partitions}" in str(refused.value)
+
+
+async def test_check_topic_refuses_a_lease_over_the_transaction_max_timeout(cluster):
+    transport = await cluster.process()
+    with pytest.raises(StateTopicError, match=r"transaction\.max\.timeout\.ms"):
+        await transport.check_topic(cluster.partitions, 3600.0)
+
+
+# ----------------------------------------------------- token-addressed writes
+
+
+async def test_a_call_naming_an_old_token_is_fenced_and_leaves_the_newer_producer_alone(
+    cluster, role
+):
+    """A late call of this transport's previous tenure names its token; the
+    re-acquired producer holds a newer one, so the call touches nothing."""
+    transport = await cluster.process()
+    old = await transport.acquire_epoch(role, LEASE)
+    new = await transport.acquire_epoch(role, LEASE)
+    with pytest.raises(FencedError):
+        await transport.begin_transaction(role, old)
+    with pytest.raises(FencedError):
+        await transport.release(role, old)
+    assert (await transport.read_partition(0)).high_watermark == 0
+    assert (await transport.describe_epoch(role)).token == new
+    offset = await write_lease(transport, role, new, 0, *lease_record(role, new, "newer"))
+    read = await stable_read(cluster, transport, 0)
+    assert [(r.offset, r.value) for r in read.records] == [
+        (offset, lease_record(role, new, "newer")[1])]
+
+
+async def test_a_process_that_holds_no_producer_for_the_role_is_fenced(cluster, role):
+    """Another process's token names the current epoch, but this process
+    holds no producer bound to it: nothing is written or closed."""
+    holder, other = await cluster.process(), await cluster.process()
+    token = await holder.acquire_epoch(role, LEASE)
+    with pytest.raises(FencedError):
+        await other.begin_transaction(role, token)
+    with pytest.raises(FencedError):
+        await other.release(role, token)
+    assert (await other.read_partition(0)).high_watermark == 0
+    await write_lease(holder, role, token, 0, *lease_record(role, token))
+
+
+async def test_release_closes_the_roles_producer(cluster, role):
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    await transport.release(role, token)
+    with pytest.raises(FencedError):
+        await transport.begin_transaction(role, token)
+    assert (await transport.describe_epoch(role)).token == token

@@ -1,0 +1,77 @@
+"""Small real-Kafka chores shared by the integration tests."""
+
+from __future__ import annotations
+
+import uuid
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord
+
+from coordination import RoleState, describe_leadership, describe_role_state
+from coordination.kafka import KafkaTransport
+from tests.support.polling import eventually
+
+SETTLE_WITHIN = 10.0
+"""Seconds a role's acknowledged commit may take to become readable."""
+
+
+async def create_state_and_output_topics(
+    bootstrap: str,
+    partitions: int,
+    *,
+    replication: int = 1,
+    state_configs: dict[str, str] | None = None,
+) -> tuple[str, str]:
+    """A fresh compacted state topic with `partitions` and a one-partition output topic."""
+    suffix = uuid.uuid4().hex[:8]
+    state, output = f"state-{suffix}", f"output-{suffix}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([
+            NewTopic(state, partitions, replication,
+                     topic_configs={"cleanup.policy": "compact", **(state_configs or {})}),
+            NewTopic(output, 1, replication),
+        ])
+    finally:
+        await admin.close()
+    return state, output
+
+
+async def settled_role_state(transport: KafkaTransport, role: str,
+                             partitions: int) -> RoleState:
+    """The role's state once its last transaction is complete.
+
+    EndTxn is answered when the coordinator has logged PrepareCommit; the
+    commit markers, and with them the records' visibility to read_committed
+    readers, follow a few milliseconds later. A read straight after a
+    hand-back can therefore still show the lease its tombstone replaces.
+    """
+    await eventually(lambda: describe_leadership(transport, role),
+                     lambda status: not status.state.startswith("Prepare"), SETTLE_WITHIN)
+    return await describe_role_state(transport, role, partitions)
+
+
+async def read_committed(bootstrap: str, topic: str, partition: int = 0) -> list[ConsumerRecord]:
+    """Every record a read_committed consumer sees in one partition, up to its end now."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        records: list[ConsumerRecord] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            records.extend(batch.get(tp, []))
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
+    """The values of partition 0 of `topic` that read_committed consumers see."""
+    return [record.value for record in await read_committed(bootstrap, topic)]
