@@ -63,6 +63,7 @@ class RoleMetrics(Protocol):
     def leading(self, role: str, leading: bool) -> None: ...
     def fenced(self, role: str) -> None: ...
     def resigned(self, role: str) -> None: ...
+    def lost(self, role: str, reason: str) -> None: ...
     def lease_written(self, role: str, seconds: float) -> None: ...
 
 
@@ -86,7 +87,7 @@ class MetricsObserver(RunnerObserver):
         self._metrics.resigned(role)
 
     def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
-        self._metrics.leading(role, False)
+        self._metrics.lost(role, stop.reason)
 
 
 class RoleRunner(LeaderRunner):

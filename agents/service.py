@@ -88,6 +88,7 @@ class RoleService(Service):
             runner = RoleRunner(transport, name, fn, member, options, clock=ctx.clock,
                                 observer=observer)
             ctx.runners[name] = runner
+            ctx.metrics.standing(name)
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))
 

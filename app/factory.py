@@ -179,6 +179,7 @@ def build(
                                   settings.ready_max_busy),
         clock=clock,
     )
+    _export_metrics(ctx)
     fold.install(ctx)
     _subscribe_events(ctx)
     _probe_cluster(ctx)
@@ -194,6 +195,12 @@ def _raw_topic(app: faust.App, name: str, partitions: int, *, internal: bool = F
     return app.topic(name, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=internal,
                      retention=retention)
+
+
+def _export_metrics(ctx: Context) -> None:
+    """Faust's sensor figures and the fold lag on the worker's registry (docs/app.md#metrics)."""
+    ctx.app.monitor = ctx.metrics.faust_monitor()
+    ctx.metrics.follow_fold_lag(lambda: health.fold_lag(ctx))
 
 
 def _probe_cluster(ctx: Context) -> None:

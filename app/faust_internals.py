@@ -41,4 +41,9 @@ INTERNALS: tuple[str, ...] = (
     "faust.tables.recovery:RebalanceAgain",
     # The fold's committed offsets, for its lag in GET /ready (app.health).
     "faust.transport.consumer:Consumer._committed_offset",
+    # Faust's Prometheus sensor on the worker's own registry (app.metrics): the
+    # module's __all__ exports only setup_prometheus_sensors, which would also
+    # claim GET /metrics for itself, so the worker builds its two parts directly.
+    "faust.sensors.prometheus:FaustMetrics.create",
+    "faust.sensors.prometheus:PrometheusMonitor",
 )

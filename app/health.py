@@ -5,7 +5,8 @@ ListOffsets, through Faust's consumer: under exactly_once it is a
 read_committed consumer, and `app.faust_patches` makes ``highwaters`` ask the
 broker); the composition root runs it on a timer and `app.readiness.ClusterWatch`
 keeps the answer. `snapshot` gathers the rest at the instant ``GET /ready``
-is asked; `app.readiness.assess` decides.
+is asked; `app.readiness.assess` decides. `fold_lag` is also the source of
+the ``coordination_fold_lag_offsets`` gauge (`app.metrics`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from faust.types import TP
 from app.context import Context
 from app.readiness import Snapshot, renewal_failing_for
 
-__all__ = ["busy", "probe", "snapshot"]
+__all__ = ["busy", "fold_lag", "probe", "snapshot"]
 
 log = logging.getLogger("app.health")
 
@@ -54,7 +55,7 @@ async def probe(ctx: Context) -> None:
                           if offset is not None})
 
 
-def _fold_lag(ctx: Context) -> dict[int, int]:
+def fold_lag(ctx: Context) -> dict[int, int]:
     """Per state partition this worker folds: last stable offset minus committed offset.
 
     The committed offset (Faust's, updated at each transaction commit and on
@@ -85,7 +86,7 @@ def snapshot(ctx: Context) -> Snapshot:
         connected=ctx.transport is not None,
         silent_for=ctx.cluster.silent_for(),
         probe_error=ctx.cluster.error,
-        fold_lag=_fold_lag(ctx),
+        fold_lag=fold_lag(ctx),
         renewals_failing=held,
         fence_margin=ctx.settings.leadership_options.fence_margin,
         busy=ctx.cluster.busy,

@@ -1,135 +1,171 @@
-"""This worker's metrics, rendered in the Prometheus text format (0.0.4).
+"""This worker's metrics: one `prometheus_client` registry per worker.
 
-A few counters, gauges and one histogram kept in memory; no client library
-is needed for that. Every worker exports its own figures: roles it holds,
-leaderships it won, fences it suffered, how long its lease writes took, and
-what the fold skipped on the partitions it owns.
+Each `Metrics` owns a `CollectorRegistry` of its own rather than the
+library's global one, so several workers in one process (the tests build
+many) never share or collide on a figure. On it:
+
+- the process, platform and garbage-collector collectors of
+  `prometheus_client` (``process_open_fds`` matters here: each held role
+  costs the worker two sockets);
+- the coordination figures the role runners and the fold feed (names,
+  types and labels in docs/app.md#metrics);
+- Faust's own figures, recorded by Faust's `PrometheusMonitor` sensor on the
+  same registry (`faust_monitor`), under the fixed prefix ``faust_`` so that
+  dashboards do not depend on the app id;
+- the fold lag per state partition, computed when scraped from a source the
+  composition root supplies (`follow_fold_lag`): the rule lives with the
+  readiness probe (`app.health.fold_lag`), not here.
+
+`GET /metrics` serves `render`: the format the scraper's ``Accept`` header
+asks for (OpenMetrics or the Prometheus text format), as prometheus_client's
+own HTTP handlers choose it.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterator, Mapping
 
-__all__ = ["RENEWAL_BUCKETS", "Metrics"]
+from faust.sensors.prometheus import FaustMetrics, PrometheusMonitor
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Metric,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+__all__ = ["FAUST_PREFIX", "FOLD_LAG", "RENEWAL_BUCKETS", "Metrics"]
 
 RENEWAL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+FAUST_PREFIX = "faust"
+FOLD_LAG = "coordination_fold_lag_offsets"
 
-Labels = tuple[tuple[str, str], ...]
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    body = ",".join(f'{name}="{_escape(value)}"' for name, value in labels)
-    return "{" + body + "}"
+FoldLagSource = Callable[[], Mapping[int, int]]
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _FoldLag(Collector):
+    """The fold lag gauge, read from its source at each scrape.
 
+    A custom collector (prometheus_client's way to export values computed
+    when scraped) rather than a `Gauge` set on a timer: the figure is then
+    as fresh as the readiness verdict at the same instant.
+    """
 
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+    def __init__(self) -> None:
+        self.source: FoldLagSource | None = None
 
+    def describe(self) -> list[Metric]:
+        return [self._family()]
 
-class _Histogram:
-    def __init__(self, buckets: Iterable[float]) -> None:
-        self.bounds = tuple(buckets)
-        self.counts = [0] * len(self.bounds)
-        self.total = 0
-        self.sum = 0.0
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        if self.source is not None:
+            for partition, lag in sorted(self.source().items()):
+                family.add_metric([str(partition)], lag)
+        yield family
 
-    def observe(self, value: float) -> None:
-        self.total += 1
-        self.sum += value
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += 1
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            FOLD_LAG,
+            "Offsets between the fold's committed position and the end (last stable "
+            "offset) of each state partition this worker folds",
+            labels=["partition"])
 
 
 class Metrics:
     """The figures one worker exports at ``GET /metrics``."""
 
     def __init__(self) -> None:
-        self.held: dict[str, int] = {}
-        self.elections: dict[str, int] = defaultdict(int)
-        self.fences: dict[str, int] = defaultdict(int)
-        self.resignations: dict[str, int] = defaultdict(int)
-        self.events: dict[str, int] = defaultdict(int)
-        self.skipped: dict[tuple[str, str], int] = defaultdict(int)
-        self.renewals: dict[str, _Histogram] = {}
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        registry = self.registry
+        self.held = Gauge(
+            "coordination_roles_held", "1 while this worker holds the role, else 0",
+            ["role"], registry=registry)
+        self.elections = Counter(
+            "coordination_elections", "Leaderships this worker won", ["role"],
+            registry=registry)
+        self.fences = Counter(
+            "coordination_fences",
+            "Tenures of this worker ended by a fence or at the fence deadline", ["role"],
+            registry=registry)
+        self.resignations = Counter(
+            "coordination_resignations", "Roles this worker resigned", ["role"],
+            registry=registry)
+        self.tenures_lost = Counter(
+            "coordination_tenures_lost",
+            "Tenures of this worker that ended, by how the role's function stopped",
+            ["role", "reason"], registry=registry)
+        self.lease_writes = Histogram(
+            "coordination_lease_write_seconds",
+            "Time to commit a lease record (first lease and renewals)", ["role"],
+            buckets=RENEWAL_BUCKETS, registry=registry)
+        self.events = Counter(
+            "coordination_events",
+            "Leadership-change events the fold on this worker published", ["kind"],
+            registry=registry)
+        self.skipped = Counter(
+            "coordination_skipped_records",
+            "State-topic records the fold on this worker skipped", ["partition", "reason"],
+            registry=registry)
+        self._fold_lag = _FoldLag()
+        registry.register(self._fold_lag)
+        self.faust = FaustMetrics.create(registry, FAUST_PREFIX)
+
+    def standing(self, role: str) -> None:
+        """This worker stands for `role` (its gauge reads 0 until it leads)."""
+        self.held.labels(role=role).set(0)
 
     def leading(self, role: str, leading: bool) -> None:
         """This worker took (True) or lost (False) `role`."""
-        self.held[role] = int(leading)
+        self.held.labels(role=role).set(int(leading))
         if leading:
-            self.elections[role] += 1
+            self.elections.labels(role=role).inc()
 
     def fenced(self, role: str) -> None:
         """This worker's tenure of `role` ended by a fence or at its fence deadline."""
-        self.fences[role] += 1
+        self.fences.labels(role=role).inc()
 
     def resigned(self, role: str) -> None:
         """This worker resigned `role`."""
-        self.resignations[role] += 1
+        self.resignations.labels(role=role).inc()
+
+    def lost(self, role: str, reason: str) -> None:
+        """A tenure of `role` ended; `reason` is the runner's ``TenureStop.reason``."""
+        self.leading(role, False)
+        self.tenures_lost.labels(role=role, reason=reason).inc()
 
     def lease_written(self, role: str, seconds: float) -> None:
         """A lease record of `role` was committed in `seconds`."""
-        histogram = self.renewals.setdefault(role, _Histogram(RENEWAL_BUCKETS))
-        histogram.observe(seconds)
+        self.lease_writes.labels(role=role).observe(seconds)
 
     def event(self, kind: str) -> None:
         """The fold on this worker published one event of `kind`."""
-        self.events[kind] += 1
+        self.events.labels(kind=kind).inc()
 
     def skip(self, partition: int, reason: str) -> None:
         """The fold on this worker skipped one record of `partition`."""
-        self.skipped[(str(partition), reason)] += 1
+        self.skipped.labels(partition=str(partition), reason=reason).inc()
 
-    def render(self) -> str:
-        """The Prometheus text exposition of every metric."""
-        out: list[str] = []
-        self._family(out, "coordination_roles_held", "gauge",
-                     "1 while this worker holds the role",
-                     [((("role", r),), v) for r, v in sorted(self.held.items())])
-        self._family(out, "coordination_elections_total", "counter",
-                     "Leaderships this worker won",
-                     [((("role", r),), v) for r, v in sorted(self.elections.items())])
-        self._family(out, "coordination_fences_total", "counter",
-                     "Tenures of this worker ended by a fence or at the fence deadline",
-                     [((("role", r),), v) for r, v in sorted(self.fences.items())])
-        self._family(out, "coordination_resignations_total", "counter",
-                     "Roles this worker resigned",
-                     [((("role", r),), v) for r, v in sorted(self.resignations.items())])
-        self._family(out, "coordination_events_total", "counter",
-                     "Leadership-change events the fold on this worker published",
-                     [((("kind", k),), v) for k, v in sorted(self.events.items())])
-        self._family(out, "coordination_skipped_records_total", "counter",
-                     "State-topic records the fold on this worker skipped",
-                     [((("partition", p), ("reason", r)), v)
-                      for (p, r), v in sorted(self.skipped.items())])
-        out.append("# HELP coordination_lease_write_seconds Time to commit a lease record "
-                   "(first lease and renewals)")
-        out.append("# TYPE coordination_lease_write_seconds histogram")
-        for role, histogram in sorted(self.renewals.items()):
-            for bound, count in zip(histogram.bounds, histogram.counts, strict=True):
-                labels = _labels((("role", role), ("le", _number(bound))))
-                out.append(f"coordination_lease_write_seconds_bucket{labels} {count}")
-            labels = _labels((("role", role), ("le", "+Inf")))
-            out.append(f"coordination_lease_write_seconds_bucket{labels} {histogram.total}")
-            labels = _labels((("role", role),))
-            out.append(f"coordination_lease_write_seconds_sum{labels} {histogram.sum!r}")
-            out.append(f"coordination_lease_write_seconds_count{labels} {histogram.total}")
-        return "\n".join(out) + "\n"
+    def follow_fold_lag(self, source: FoldLagSource) -> None:
+        """Export `source()` (per state partition: offsets behind) at each scrape."""
+        self._fold_lag.source = source
 
-    @staticmethod
-    def _family(out: list[str], name: str, kind: str, help_text: str,
-                samples: Iterable[tuple[Labels, float]]) -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            out.append(f"{name}{_labels(labels)} {_number(value)}")
+    def faust_monitor(self) -> PrometheusMonitor:
+        """A Faust sensor that records Faust's figures on this registry (for ``app.monitor``)."""
+        return PrometheusMonitor(metrics=self.faust)
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """Every figure, and its content type, in the format an ``Accept`` header asks
+        for (the Prometheus text format 0.0.4 when it names none the library knows)."""
+        encode, content_type = choose_encoder(accept)
+        return encode(self.registry), content_type

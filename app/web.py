@@ -232,10 +232,9 @@ class Views:
                                   "current": _token(status.token)})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text format."""
-        return web.Response(text=self.ctx.metrics.render(),
-                            content_type="text/plain", charset="utf-8",
-                            headers={"X-Prometheus-Format": "0.0.4"})
+        """This worker's registry, in the format the scraper accepts (`app.metrics`)."""
+        body, content_type = self.ctx.metrics.render(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def ready(self, request: web.Request) -> web.Response:
         """Whether this worker should get traffic: 200, or 503 with the reasons."""

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents.events import KINDS
 from coordination import (
@@ -204,13 +205,34 @@ def test_bad_requests_get_json_errors(group, path, status):
         assert isinstance(body["error"], str)
 
 
+def _metrics(worker: AppWorker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, ctype, text = get_text(worker.url + "/metrics")
+    assert (status, ctype) == (200, "text/plain")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 def test_metrics_and_dashboard(group):
     holder = poll(lambda: _holder(group.workers[0]), 30, "the demo holder")["holder"]
     leader = _worker_of(group, holder)
-    status, ctype, text = get_text(leader.url + "/metrics")
-    assert (status, ctype) == (200, "text/plain")
-    assert f'coordination_roles_held{{role="{DEMO}"}} 1' in text.splitlines()
-    assert re.search(rf'coordination_lease_write_seconds_count{{role="{DEMO}"}} [1-9]', text)
+    figures = _metrics(leader)
+    role = (("role", DEMO),)
+    assert figures[("coordination_roles_held", role)] == 1
+    assert figures[("coordination_elections_total", role)] >= 1
+    assert figures[("coordination_lease_write_seconds_count", role)] >= 1
+    assert figures[("process_open_fds", ())] > 0
+    for worker in group.workers:
+        if worker is not leader:
+            assert _metrics(worker)[("coordination_roles_held", role)] == 0  # stands, not held
+    # Faust's own sensor counts what this worker consumed and committed.
+    poll(lambda: _metrics(leader)[("faust_messages_received_total", ())] > 0, 30,
+         "Faust's sensor counting received messages")
+    poll(lambda: _metrics(leader)[("faust_consumer_commit_latency_count", ())] > 0, 30,
+         "Faust's sensor timing commits")
+    # Every state partition is folded by one worker, which exports its lag.
+    poll(lambda: {dict(labels)["partition"] for worker in group.workers
+                  for (name, labels) in _metrics(worker) if name == "coordination_fold_lag_offsets"}
+         == {str(p) for p in range(group.partitions)}, 30, "the fold lag of every state partition")
     status, ctype, _html = get_text(group.workers[2].url + "/")
     assert (status, ctype) == (200, "text/html")
 

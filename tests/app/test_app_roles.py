@@ -259,12 +259,20 @@ async def test_the_metrics_count_the_first_lease_and_every_renewal():
     metrics = Metrics()
     a = RoleRunner(cluster.transport(), ROLE, probe.for_member("a"), "a", OPTIONS,
                    clock=cluster.clock, observer=MetricsObserver(metrics))
+    labels = {"role": ROLE}
+
+    def value(name: str, **extra: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {**labels, **extra})
+
     a.start()
     await cluster.until(lambda: a.leading, within=2)
-    assert metrics.renewals[ROLE].total == 1  # the first lease
+    assert value("coordination_lease_write_seconds_count") == 1  # the first lease
+    assert value("coordination_elections_total") == 1
     await cluster.advance(RENEW * 3 + 0.1)
-    assert metrics.renewals[ROLE].total == 4
-    assert metrics.held[ROLE] == 1
+    assert value("coordination_lease_write_seconds_count") == 4
+    assert value("coordination_roles_held") == 1
     await stop_all(cluster, a)
-    assert metrics.held[ROLE] == 0
-    assert metrics.resignations[ROLE] == 1
+    assert value("coordination_roles_held") == 0
+    assert value("coordination_resignations_total") == 1
+    assert value("coordination_tenures_lost_total", reason="stopped") == 1
+    assert value("coordination_fences_total") is None  # never fenced: no series

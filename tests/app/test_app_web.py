@@ -9,6 +9,7 @@ import socket
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer, make_mocked_request
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents.folding import Unattributed, fold, fold_unattributed, route
 from app.factory import build
@@ -282,24 +283,43 @@ async def test_unknown_paths_and_unexpected_failures_are_json_never_500(workers)
 
 
 async def test_metrics_are_prometheus_text(workers):
-    a, _, session, _ = workers
+    a, b, session, _ = workers
     a.ctx.metrics.leading("demo", True)
     a.ctx.metrics.lease_written("demo", 0.004)
     a.ctx.metrics.skip(1, "undecodable-key")
     a.ctx.metrics.fenced("demo")
     a.ctx.metrics.event("elected")
-    status, ctype, text = await get(session, f"{a.url}/metrics")
-    assert (status, ctype) == (200, "text/plain")
-    lines = text.splitlines()
-    assert 'coordination_roles_held{role="demo"} 1' in lines
-    assert 'coordination_elections_total{role="demo"} 1' in lines
-    assert 'coordination_fences_total{role="demo"} 1' in lines
-    assert 'coordination_events_total{kind="elected"} 1' in lines
-    assert 'coordination_skipped_records_total{partition="1",reason="undecodable-key"} 1' in lines
-    assert 'coordination_lease_write_seconds_bucket{role="demo",le="0.005"} 1' in lines
-    assert 'coordination_lease_write_seconds_count{role="demo"} 1' in lines
-    for line in lines:
-        assert line.startswith("#") or line.startswith("coordination_")
+    async with session.get(f"{a.url}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = await response.text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("coordination_roles_held", (("role", "demo"),))] == 1
+    assert samples[("coordination_elections_total", (("role", "demo"),))] == 1
+    assert samples[("coordination_fences_total", (("role", "demo"),))] == 1
+    assert samples[("coordination_events_total", (("kind", "elected"),))] == 1
+    assert samples[("coordination_skipped_records_total",
+                    (("partition", "1"), ("reason", "undecodable-key")))] == 1
+    assert samples[("coordination_lease_write_seconds_bucket",
+                    (("le", "0.005"), ("role", "demo")))] == 1
+    assert samples[("coordination_lease_write_seconds_count", (("role", "demo"),))] == 1
+    assert samples[("process_open_fds", ())] > 0
+    assert ("faust_total_rebalances", ()) in samples
+    # The other worker in this process has figures of its own.
+    _, _, other = await get(session, f"{b.url}/metrics")
+    assert 'coordination_roles_held{role="demo"}' not in other
+
+
+async def test_metrics_are_openmetrics_when_the_scraper_asks_for_it(workers):
+    a, _, session, _ = workers
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    async with session.get(f"{a.url}/metrics", headers={"Accept": accept}) as response:
+        assert response.status == 200
+        assert response.content_type == "application/openmetrics-text"
+        text = await response.text()
+    assert text.endswith("# EOF\n")
+    assert "# TYPE coordination_elections counter" in text
 
 
 async def test_the_dashboard_is_html_that_polls_the_api(workers):
