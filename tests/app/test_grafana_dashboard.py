@@ -20,7 +20,7 @@ from app.factory import build
 from app.settings import Settings
 from coordination import MemoryTransport
 
-DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / \
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / \
     "krabka-coordination.json"
 
 # PromQL words that are not metric names where the dashboard's expressions use them.

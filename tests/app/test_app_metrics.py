@@ -15,7 +15,7 @@ from app.factory import build
 from app.metrics import FOLD_LAG, Metrics
 from app.settings import Settings
 from coordination import Leadership, LeadershipOptions, MemoryTransport
-from tests.sim import LEASE, RENEW, STAGGER, Cluster
+from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"
 OPTIONS = LeadershipOptions(partitions=4, lease_duration=LEASE, renew_interval=RENEW,
