@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import faust
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
-__all__ = ["CoordinationApp", "CoordinationWeb"]
+__all__ = ["CoordinationApp", "CoordinationWeb", "WebDisabledError"]
 
 log = logging.getLogger("app.faust_app")
 
@@ -38,6 +38,10 @@ class CoordinationWeb(AiohttpWeb):
     debug_blueprints: ClassVar[list[Any]] = []
 
 
+class WebDisabledError(RuntimeError):
+    """A worker started without its web server (``faust worker --without-web``)."""
+
+
 class CoordinationApp(faust.App):
     """A Faust app whose web server leaves ``/`` to the dashboard, whose local
     tables never outlive the process, and whose shutdown always ends.
@@ -51,6 +55,8 @@ class CoordinationApp(faust.App):
     caused them would be folded onto them again, its events lost. So every
     worker start removes the local tables and rebuilds them from the
     changelogs (one compacted record per role and per partition: cheap).
+
+    Web: a worker refuses to start without its web server (`WebDisabledError`).
 
     Shutdown: the roles are resigned first (`before_stop` hooks), before
     Faust stops its consumer, which can hang for minutes when the broker is
@@ -88,6 +94,13 @@ class CoordinationApp(faust.App):
 
     async def on_first_start(self) -> None:
         # Runs once, when a worker starts the app (never for CLI commands).
+        # Checked here, not when the app is built: ``faust worker`` sets
+        # web_enabled from its --with-web/--without-web flag after the import.
+        if not self.conf.web_enabled:
+            raise WebDisabledError(
+                "the coordination needs the worker's web server: its peers ask it for the "
+                "roles of the partitions it owns, and the probes for /health and /ready; "
+                "start the worker without --without-web (and web_enabled=False)")
         self.forget_local_tables()
         await super().on_first_start()
 

@@ -103,9 +103,6 @@ def required_options(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         # Faust declares the ticks topic and the tables' changelogs.
         "topic_allow_declare": True,
-        # Every worker's web server answers for the partitions it owns, and
-        # the probes ask it: it must run.
-        "web_enabled": True,
     }
 
 
@@ -129,6 +126,7 @@ def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str,
         "web_host": settings.web_host,
         "canonical_url": settings.canonical_url,
         "datadir": str(settings.datadir),
+        "web_enabled": True,  # `app.faust_app.CoordinationApp` refuses to start without
         "web_stats_enabled": False,
         "web_graph_enabled": False,
         "autodiscover": False,

@@ -8,6 +8,7 @@ import faust
 import pytest
 
 from app import faust_patches
+from app.faust_app import WebDisabledError
 from app.install import (
     AlreadyInstalledError,
     AppSettingError,
@@ -96,7 +97,6 @@ def test_an_app_id_other_than_the_settings_is_refused_naming_both():
     ("processing_guarantee", "at_least_once", "'at_least_once'"),
     ("consumer_auto_offset_reset", "latest", "'latest'"),
     ("topic_allow_declare", False, "False"),
-    ("web_enabled", False, "False"),
 ])
 def test_an_app_setting_that_contradicts_the_coordination_is_refused_naming_it(
         option, value, shown):
@@ -106,6 +106,13 @@ def test_an_app_setting_that_contradicts_the_coordination_is_refused_naming_it(
     assert f"- {option} is {shown}, needs " in str(refused.value)
     assert isinstance(refused.value, ValueError)
     assert len(app.tables) == 0  # refused before anything was added
+
+
+async def test_a_worker_started_without_its_web_server_is_refused(tmp_path):
+    app = user_app(web_enabled=False, datadir=str(tmp_path))
+    memory_install(app)
+    with pytest.raises(WebDisabledError, match="without-web"):
+        await app.on_first_start()
 
 
 def test_processing_guarantee_left_at_faust_s_default_is_refused():
