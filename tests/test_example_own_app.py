@@ -1,8 +1,9 @@
 """The example of a user's own Faust app (examples/own_app/) on the real broker.
 
 ``faust -A examples.own_app.myapp worker`` runs as a process: its role is
-elected (the coordination's web view says so) and its own agent processes an
-order (its own web page shows the total); SIGTERM stops it with status 0.
+elected (the coordination's web view says so), its own agent processes an
+order (its own web page shows the total) and ``/ready`` answers 200; SIGTERM
+stops it with status 0.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def test_the_example_app_elects_its_role_runs_its_agent_and_stops_cleanly(
         # roles only once it has a partition assignment.
         asyncio.run(_send_order(kafka_bootstrap, orders, "alice", 3))
         assert poll(lambda: _totals(worker), START, "the order counted") == {"alice": 3}
+        poll(lambda: worker.get("/ready")[0] == 200, START, "the example's worker ready")
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
