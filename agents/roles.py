@@ -1,4 +1,8 @@
-"""Roles of the worker group: the ``@role("name")`` decorator and the runner per role.
+"""Roles of the worker group: declaring a role, and the runner per role.
+
+Roles are declared on an installation (``installation.role("name")``, see
+`app.install`), which keeps them in its own registry through `declare`:
+two apps in one process never share roles.
 
 Every worker is a candidate for every declared role. A `RoleRunner` is the
 library's `coordination.runner.LeaderRunner` for one declared role on this
@@ -27,15 +31,13 @@ from coordination import (
     Transport,
 )
 
-__all__ = ["ROLES", "MetricsObserver", "RoleFunction", "RoleRunner", "role"]
-
-ROLES: dict[str, RoleFunction] = {}
-"""The roles declared with `role`, by name: every worker runs a candidate for each."""
+__all__ = ["MetricsObserver", "RoleFunction", "RoleRunner", "declare"]
 
 
-def role(name: str, *, registry: dict[str, RoleFunction] | None = None
-         ) -> Callable[[RoleFunction], RoleFunction]:
-    """Declare `name` as a role this worker group elects a leader for.
+def declare(registry: dict[str, RoleFunction], name: str
+            ) -> Callable[[RoleFunction], RoleFunction]:
+    """A decorator that declares `name` in `registry` as a role the worker group
+    elects a leader for.
 
     The decorated ``async def fn(leadership)`` runs on one worker at a time,
     only while that worker leads; it is cancelled on a fence or at the fence
@@ -44,14 +46,13 @@ def role(name: str, *, registry: dict[str, RoleFunction] | None = None
     """
     if not name:
         raise ValueError("a role name must not be empty")
-    declared = ROLES if registry is None else registry
 
     def decorate(fn: RoleFunction) -> RoleFunction:
         if not asyncio.iscoroutinefunction(fn):
             raise TypeError(f"the function of role {name!r} must be an async def")
-        if name in declared and declared[name] is not fn:
+        if name in registry and registry[name] is not fn:
             raise ValueError(f"role {name!r} is declared twice")
-        declared[name] = fn
+        registry[name] = fn
         return fn
 
     return decorate

@@ -35,7 +35,7 @@ from mode import Service
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 
-__all__ = ["install"]
+__all__ = ["RoleService", "install"]
 
 log = logging.getLogger("agents.service")
 
@@ -112,7 +112,9 @@ class RoleService(Service):
         await self._stack.aclose()
 
 
-def install(ctx: Context) -> None:
+def install(ctx: Context) -> RoleService:
     """Start a `RoleService` with `ctx.app`'s own services (a worker starts them;
     CLI commands do not)."""
-    ctx.app.add_dependency(RoleService(ctx))
+    role_service = RoleService(ctx)
+    ctx.app.add_dependency(role_service)
+    return role_service

@@ -4,7 +4,7 @@ the partition router, metrics, the coordination transport and the role runners.
 A leaf of the worker: it imports no agent and no table module, only the
 library, Faust's and aiohttp's types, and the settings, metrics and readiness
 modules (which import no worker module; tests/app/test_worker_layers.py holds this).
-`app.factory`, the composition root, builds one `Context` with every part
+`app.install`, the composition root, builds one `Context` with every part
 and hands it to the agents, the role service, the web view and the CLI
 commands, so tests build as many workers as they need.
 """

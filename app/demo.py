@@ -3,7 +3,8 @@
 Each record is JSON ``{"member", "producer_id", "producer_epoch", "tenure",
 "seq", "t_ms"}`` on ``coordination-demo-output`` (partition 0), written in a
 guarded transaction: a deposed leader's records never become visible to a
-read_committed reader, so that reader sees tenures only grow.
+read_committed reader, so that reader sees tenures only grow. `app.main`
+declares it as role `DEMO_ROLE` when ``COORDINATION_DEMO=1``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 
 import orjson
 
-from agents.roles import role
 from coordination import Leadership
 
 __all__ = ["DEMO_ROLE", "DEMO_TOPIC", "demo"]
@@ -24,7 +24,6 @@ DEMO_TOPIC = os.environ.get("COORDINATION_DEMO_TOPIC", "coordination-demo-output
 INTERVAL = float(os.environ.get("COORDINATION_DEMO_INTERVAL", "0.5"))
 
 
-@role(DEMO_ROLE)
 async def demo(leadership: Leadership) -> None:
     """Write one fenced record per interval while leading."""
     token = leadership.token

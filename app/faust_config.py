@@ -24,7 +24,7 @@ import faust
 from app.settings import Settings, mask
 
 __all__ = ["Conflict", "FaustConflictError", "check", "conflicts", "faust_options",
-           "faust_variables"]
+           "faust_variables", "required_options"]
 
 FIXED = "fixed by the worker"
 
@@ -91,22 +91,32 @@ class Conflict:
                 f"unset {self.variable} or set {source}")
 
 
+def required_options(settings: Settings) -> dict[str, Any]:
+    """The Faust options every app that hosts the coordination must have
+    (`app.install.install` refuses an app without them; docs/app.md)."""
+    return {
+        "broker": f"kafka://{settings.bootstrap_servers}",
+        # read_committed input; table changelog, events and offsets commit
+        # atomically, so a restart never publishes half a fold.
+        "processing_guarantee": "exactly_once",
+        # A new group folds the state topic from its start, not from its end.
+        "consumer_auto_offset_reset": "earliest",
+        # Faust declares the ticks topic and the tables' changelogs.
+        "topic_allow_declare": True,
+    }
+
+
 def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str, Any]:
     """The options the worker gives ``faust.App`` (see docs/app.md)."""
     logging_config = {} if settings.log_format == "text" else {"logging_config": JSON_LOGGING}
     return {
         **logging_config,
-        "broker": f"kafka://{settings.bootstrap_servers}",
+        **required_options(settings),
         "store": store,
-        # read_committed input; table changelog, events and offsets commit
-        # atomically, so a restart never publishes half a fold.
-        "processing_guarantee": "exactly_once",
         # Events become visible at commit: commit often.
         "broker_commit_interval": settings.commit_interval,
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,
-        "topic_allow_declare": True,
-        "consumer_auto_offset_reset": "earliest",
         # A SIGKILLed worker's partitions (and the table view of them) move
         # after the session timeout; Faust's default is 60 s.
         "broker_session_timeout": settings.session_timeout,
@@ -116,9 +126,7 @@ def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str,
         "web_host": settings.web_host,
         "canonical_url": settings.canonical_url,
         "datadir": str(settings.datadir),
-        # Every worker's web server answers for the partitions it owns, and
-        # the probes ask it: it must run.
-        "web_enabled": True,
+        "web_enabled": True,  # `app.faust_app.CoordinationApp` refuses to start without
         "web_stats_enabled": False,
         "web_graph_enabled": False,
         "autodiscover": False,

@@ -102,6 +102,18 @@ def _token(token: FencingToken) -> dict[str, int] | None:
     return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}
 
 
+ROUTES: tuple[tuple[str, str], ...] = (
+    ("/", "dashboard"),
+    ("/health", "health"),
+    ("/ready", "ready"),
+    ("/metrics", "metrics"),
+    ("/roles/", "roles"),
+    ("/roles/{role}/", "role"),
+    ("/roles/{role}/authoritative", "authoritative"),
+)
+"""Every endpoint: its path and the `Views` method that answers it."""
+
+
 class Views:
     """The handlers, bound to one worker's `Context`."""
 
@@ -110,15 +122,7 @@ class Views:
 
     def routes(self) -> list[tuple[str, Handler]]:
         """Every endpoint as (path, handler)."""
-        return [
-            ("/", self.dashboard),
-            ("/health", self.health),
-            ("/ready", self.ready),
-            ("/metrics", self.metrics),
-            ("/roles/", self.roles),
-            ("/roles/{role}/", self.role),
-            ("/roles/{role}/authoritative", self.authoritative),
-        ]
+        return [(path, getattr(self, name)) for path, name in ROUTES]
 
     @property
     def _session(self) -> Any:

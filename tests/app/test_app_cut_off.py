@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
 LEASE = 6.0
 MARGIN_MS = 2000  # min(5 s, lease / 3)
-STOP_BOUND = 45  # resign attempts (bounded) + the stop watchdog (app.factory)
+STOP_BOUND = 45  # resign attempts (bounded) + the stop watchdog (app.faust_app)
 
 
 def _kafka(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -7,14 +7,11 @@ import asyncio
 
 import pytest
 
-from agents.roles import ROLES, MetricsObserver, RoleRunner, role
-from app.factory import build
+from agents.roles import MetricsObserver, RoleRunner, declare
 from app.metrics import Metrics
-from app.settings import Settings
 from coordination import (
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
     MemoryTransport,
     TransportError,
     describe_leadership,
@@ -222,35 +219,19 @@ async def test_a_stopped_candidate_deregisters():
 def test_the_decorator_registers_async_functions_once():
     registry: dict = {}
 
-    @role("x", registry=registry)
+    @declare(registry, "x")
     async def work(leadership):
         pass
 
     assert registry == {"x": work}
     with pytest.raises(TypeError):
-        role("y", registry=registry)(lambda leadership: None)
+        declare(registry, "y")(lambda leadership: None)
     with pytest.raises(ValueError, match="twice"):
-        @role("x", registry=registry)
+        @declare(registry, "x")
         async def other(leadership):
             pass
     with pytest.raises(ValueError, match="empty"):
-        role("")
-
-
-def test_a_role_declared_after_the_worker_is_built_is_one_it_stands_for():
-    """As docs/app.md declares roles: import the worker, then ``@role`` functions."""
-    worker = build(Settings(partitions=4, member_id="m", app_id="test-late-role"),
-                   store="memory://", transport_factory=lambda: MemoryTransport(MemoryBroker()))
-    assert "late-role" not in worker.roles
-
-    @role("late-role")
-    async def late(leadership):
-        pass
-
-    try:
-        assert worker.roles["late-role"] is late
-    finally:
-        ROLES.pop("late-role")
+        declare(registry, "")
 
 
 async def test_the_metrics_count_the_first_lease_and_every_renewal():

@@ -6,14 +6,16 @@ stands in the module (function bodies and ``TYPE_CHECKING`` blocks count),
 resolved to the worker module it names.
 
 - No module is part of an import cycle.
-- The composition root (`app.factory`, and `app.main`, which builds the
-  worker from the environment) is imported by nothing in `agents` or
-  `tables`, and by `app.main` only.
+- The composition root (`app.install`, which wires the parts onto an app;
+  `app.factory`, which builds the project's own app; and `app.main`, which
+  builds the worker from the environment) is imported by nothing in
+  `agents` or `tables`, nor elsewhere in `app`.
 - The context (`app.context`) imports no agent and no table module; the only
   worker modules it imports (settings, metrics) import no worker module.
-- Only the composition root wires the parts: the modules that install agents,
+- Only `app.install` wires the parts: the modules that install agents,
   the role service, the web view and the CLI commands, and the one that
-  declares the tables, are imported by the composition root alone.
+  declares the tables, are imported by it alone (one wiring path, for the
+  project's app and a user's alike).
 - A package's ``__init__`` imports no worker module, so importing one module
   never runs another package's modules.
 """
@@ -27,7 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "agents", "tables")
-COMPOSITION_ROOT = {"app.factory", "app.main"}
+COMPOSITION_ROOT = {"app.install", "app.factory", "app.main"}
+WIRING = "app.install"
 CONTEXT = "app.context"
 WIRED = {"agents.fold", "agents.service", "app.web", "app.commands", "tables.faust_tables"}
 
@@ -121,9 +124,9 @@ def importers_of(target: str) -> set[str]:
 
 def test_the_graph_sees_the_worker_s_modules():
     # A parser that found nothing would pass every check below.
-    assert {"app.factory", "app.context", "agents.fold", "tables.role_state"} <= set(MODULES)
-    assert "agents.fold" in GRAPH["app.factory"]
-    assert "app.web" in GRAPH["app.factory"]  # ``from app import ... web``
+    assert {"app.install", "app.context", "agents.fold", "tables.role_state"} <= set(MODULES)
+    assert "agents.fold" in GRAPH["app.install"]
+    assert "app.web" in GRAPH["app.install"]  # ``from app import ... web``
 
 
 def test_no_worker_module_is_part_of_an_import_cycle():
@@ -131,8 +134,8 @@ def test_no_worker_module_is_part_of_an_import_cycle():
 
 
 @pytest.mark.parametrize("root", sorted(COMPOSITION_ROOT))
-def test_agents_and_tables_never_import_the_composition_root(root):
-    assert importers_of(root) <= {"app.main"}
+def test_only_the_composition_root_imports_the_composition_root(root):
+    assert importers_of(root) <= COMPOSITION_ROOT
 
 
 def test_the_context_imports_no_agent_and_no_table_module():
@@ -142,8 +145,8 @@ def test_the_context_imports_no_agent_and_no_table_module():
 
 
 @pytest.mark.parametrize("wired", sorted(WIRED))
-def test_only_the_composition_root_wires_agents_tables_and_views(wired):
-    assert importers_of(wired) <= COMPOSITION_ROOT
+def test_only_the_installation_wires_agents_tables_and_views(wired):
+    assert importers_of(wired) <= {WIRING}
 
 
 VERSION_GUARDS = {"app": {"app.faust_internals"}}

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.roles import role
-from app.main import app, context, settings
+from app.main import app, context, installation, settings
 from coordination import Leadership
 from tests.faults.history import HistoryWriter
 
@@ -86,7 +85,7 @@ def _declare(name: str) -> None:
             _mark("stop", name, leadership, reason if err is None else f"{reason}: {err}")
 
     run.__name__ = f"role_{name.replace('.', '_')}"
-    role(name)(run)
+    installation.role(name)(run)
 
 
 for _name in ROLE_NAMES:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agents.roles import RoleFunction, RoleRunner, role
+from agents.roles import RoleFunction, RoleRunner, declare
 from coordination import (
     Leadership,
     LeadershipOptions,
@@ -81,7 +81,7 @@ async def test_fifty_clean_handovers_between_two_workers_never_overlap(kafka_boo
 
     def start(member: str) -> RoleRunner:
         registry: dict[str, RoleFunction] = {}
-        role(name, registry=registry)(intervals.function(member))
+        declare(registry, name)(intervals.function(member))
         runner = RoleRunner(transports[member], name, registry[name], member, OPTIONS)
         runner.start()
         runners[member] = runner

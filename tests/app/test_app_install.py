@@ -1,0 +1,180 @@
+"""``install(app, settings)`` on an app its user built: what it adds, what it
+refuses (with a typed error, leaving the app as it was), and roles declared
+per installation."""
+
+from __future__ import annotations
+
+import faust
+import pytest
+
+from app import faust_patches
+from app.faust_app import WebDisabledError
+from app.install import (
+    AlreadyInstalledError,
+    AppSettingError,
+    AppTypeError,
+    CoordinationApp,
+    InstallError,
+    LateRoleError,
+    NameTakenError,
+    install,
+)
+from app.settings import Settings
+from coordination import MemoryBroker, MemoryTransport
+
+SETTINGS = Settings(bootstrap_servers="k1:9092", app_id="user-app", partitions=4,
+                    state_topic="user-state", events_topic="user-events", member_id="m")
+GOOD = {"broker": "kafka://k1:9092", "processing_guarantee": "exactly_once",
+        "store": "memory://"}
+
+
+def user_app(app_id: str = "user-app", env: dict[str, str] | None = None,
+             **options: object) -> CoordinationApp:
+    """An app as its user builds it: their own id and options, no worker settings."""
+    return CoordinationApp(app_id, **{**GOOD, **options}, env=env or {})
+
+
+def memory_install(app: faust.App, settings: Settings = SETTINGS):
+    broker = MemoryBroker()
+    return install(app, settings, transport_factory=lambda: MemoryTransport(broker))
+
+
+def test_install_adds_the_tables_topics_agents_and_views_beside_the_app_s_own():
+    app = user_app()
+
+    @app.agent(app.topic("orders"), name="user-orders")
+    async def orders(stream):
+        async for _ in stream:
+            pass
+
+    installation = memory_install(app)
+    ctx = installation.context
+    assert ctx.app is app
+    assert installation.app is app
+    assert set(app.tables) == {"role_state", "partition_state"}
+    assert ctx.state_topic.get_topic_name() == "user-state"
+    assert ctx.events_topic.get_topic_name() == "user-events"
+    assert ctx.ticks_topic.get_topic_name() == "user-app-ticks"
+    assert set(app.agents) >= {"user-orders", "coordination-fold", "coordination-ticks",
+                               "coordination-events-seen"}
+    assert set(app.web.views) == {"/", "/health", "/ready", "/metrics", "/roles/",
+                                  "/roles/{role}/", "/roles/{role}/authoritative"}
+    assert installation.roles == {}
+
+
+def test_install_applies_the_faust_patches(monkeypatch):
+    applied = []
+    monkeypatch.setattr(faust_patches, "apply", lambda: applied.append(True))
+    memory_install(user_app())
+    assert applied == [True]
+
+
+def test_a_plain_faust_app_is_refused_with_what_to_build_instead():
+    app = faust.App("user-app", **GOOD)
+    with pytest.raises(AppTypeError, match="CoordinationApp") as refused:
+        memory_install(app)
+    assert isinstance(refused.value, TypeError)
+    assert isinstance(refused.value, InstallError)
+    assert len(app.tables) == 0
+
+
+def test_installing_twice_on_one_app_is_refused():
+    app = user_app()
+    memory_install(app)
+    with pytest.raises(AlreadyInstalledError, match="already installed"):
+        memory_install(app)
+
+
+def test_an_app_id_other_than_the_settings_is_refused_naming_both():
+    with pytest.raises(AppSettingError, match=r"'other-app'.*COORDINATION_APP_ID.*'user-app'"):
+        memory_install(user_app("other-app"))
+
+
+@pytest.mark.parametrize(("option", "value", "shown"), [
+    ("broker", "kafka://elsewhere:9092", "kafka://elsewhere:9092"),
+    ("broker_consumer", "kafka://elsewhere:9092", "kafka://elsewhere:9092"),
+    ("broker_producer", "kafka://elsewhere:9092", "kafka://elsewhere:9092"),
+    ("processing_guarantee", "at_least_once", "'at_least_once'"),
+    ("consumer_auto_offset_reset", "latest", "'latest'"),
+    ("topic_allow_declare", False, "False"),
+])
+def test_an_app_setting_that_contradicts_the_coordination_is_refused_naming_it(
+        option, value, shown):
+    app = user_app(**{option: value})
+    with pytest.raises(AppSettingError) as refused:
+        memory_install(app)
+    assert f"- {option} is {shown}, needs " in str(refused.value)
+    assert isinstance(refused.value, ValueError)
+    assert len(app.tables) == 0  # refused before anything was added
+
+
+async def test_a_worker_started_without_its_web_server_is_refused(tmp_path):
+    app = user_app(web_enabled=False, datadir=str(tmp_path))
+    memory_install(app)
+    with pytest.raises(WebDisabledError, match="without-web"):
+        await app.on_first_start()
+
+
+def test_processing_guarantee_left_at_faust_s_default_is_refused():
+    app = CoordinationApp("user-app", broker="kafka://k1:9092", store="memory://", env={})
+    with pytest.raises(AppSettingError, match="processing_guarantee is 'at_least_once', "
+                                              "needs 'exactly_once'"):
+        memory_install(app)
+
+
+def test_a_faust_variable_that_moves_the_app_to_another_cluster_is_refused():
+    app = user_app(env={"BROKER_URL": "kafka://elsewhere:9092"})
+    with pytest.raises(AppSettingError, match="broker is kafka://elsewhere:9092, "
+                                              "needs kafka://k1:9092"):
+        memory_install(app)
+
+
+def test_what_the_coordination_leaves_to_the_app_is_the_app_s_own():
+    app = user_app(topic_partitions=12, web_port=7123, broker_commit_interval=5.0)
+    ctx = memory_install(app).context
+    assert (app.conf.topic_partitions, app.conf.web_port) == (12, 7123)
+    assert app.conf.broker_commit_interval == 5.0
+    assert ctx.member == "m"
+    assert ctx.partitions == 4  # the state topic's, not the app's default
+
+
+def test_a_table_the_coordination_adds_already_declared_is_refused():
+    app = user_app()
+    app.Table("role_state")
+    with pytest.raises(NameTakenError, match="table 'role_state'"):
+        memory_install(app)
+    assert set(app.tables) == {"role_state"}
+
+
+def test_a_page_the_coordination_serves_already_declared_is_refused():
+    app = user_app()
+
+    @app.page("/health")
+    async def mine(web, request):
+        return web.json({"mine": True})
+
+    with pytest.raises(NameTakenError, match="web page '/health'"):
+        memory_install(app)
+
+
+def test_roles_belong_to_their_installation():
+    first, second = memory_install(user_app()), memory_install(user_app())
+
+    @first.role("billing")
+    async def billing(leadership):
+        pass
+
+    assert first.roles == {"billing": billing}
+    assert second.roles == {}
+    assert first.context.roles is first.roles  # what the role service stands for
+
+
+async def test_a_role_declared_once_the_worker_stands_for_its_roles_is_refused():
+    installation = memory_install(user_app())
+    await installation.service.start()
+    try:
+        with pytest.raises(LateRoleError, match=r"'late'.*before the app starts"):
+            installation.role("late")
+    finally:
+        await installation.service.stop()
+    assert "late" not in installation.roles
