@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import faust
 import pytest
+from faust.sensors import Monitor
+from faust.sensors.prometheus import PrometheusMonitor
 
 from app import faust_patches
 from app.faust_app import WebDisabledError
@@ -178,3 +180,16 @@ async def test_a_role_declared_once_the_worker_stands_for_its_roles_is_refused()
     finally:
         await installation.service.stop()
     assert "late" not in installation.roles
+
+
+def test_faust_s_figures_are_exported_unless_the_app_brought_its_own_monitor():
+    plain = user_app()
+    memory_install(plain)
+    assert isinstance(plain.monitor, PrometheusMonitor)
+
+    class OwnMonitor(Monitor):
+        pass
+
+    own = user_app(monitor=OwnMonitor())
+    memory_install(own)
+    assert type(own.monitor) is OwnMonitor
