@@ -2,9 +2,8 @@
 
 ``faust -A app.main worker`` runs one worker. `app.settings` reads the
 environment, `app.factory` builds the worker (Faust app, topics, tables,
-agents, role service, web view, CLI commands), `app.web` and
-`app.dashboard` are the HTTP view, `app.commands` the ``roles``/``role``
-commands, `app.metrics` the Prometheus text, `app.demo` the demo role, and
+agents, role service, web view), `app.web` and `app.dashboard` are the
+HTTP view, `app.metrics` the Prometheus text, `app.demo` the demo role, and
 `app.faust_patches` two fixes to faust-streaming's exactly_once mode.
 See docs/app.md.
 

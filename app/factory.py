@@ -1,6 +1,6 @@
 """The worker's composition root: builds the Faust app, its topics and tables,
-the partition router, the agents, the role service, the web view and the CLI
-commands, all sharing one `Context`.
+the partition router, the agents, the role service and the web view, all
+sharing one `Context`.
 
 This is the only module that wires those parts together (the context, the
 agents and the tables import none of each other's wiring; see
@@ -28,7 +28,7 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from agents import fold, service
 from agents.events import EVENTS_TOPIC
 from agents.roles import ROLES, RoleFunction
-from app import commands, faust_config, faust_patches, health, web
+from app import faust_config, faust_patches, health, web
 from app.context import Context, TransportFactory
 from app.faust_config import faust_options
 from app.readiness import ClusterWatch, ReadinessBounds
@@ -184,7 +184,6 @@ def build(
     _probe_cluster(ctx)
     service.install(ctx)
     web.install(ctx)
-    commands.install(ctx)
     return ctx
 
 

@@ -12,7 +12,7 @@ resolved to the worker module it names.
 - The context (`app.context`) imports no agent and no table module; the only
   worker modules it imports (settings, metrics) import no worker module.
 - Only the composition root wires the parts: the modules that install agents,
-  the role service, the web view and the CLI commands, and the one that
+  the role service and the web view, and the one that
   declares the tables, are imported by the composition root alone.
 - A package's ``__init__`` imports no worker module, so importing one module
   never runs another package's modules.
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("app", "agents", "tables")
 COMPOSITION_ROOT = {"app.factory", "app.main"}
 CONTEXT = "app.context"
-WIRED = {"agents.fold", "agents.service", "app.web", "app.commands", "tables.faust_tables"}
+WIRED = {"agents.fold", "agents.service", "app.web", "tables.faust_tables"}
 
 
 def _module_files() -> dict[str, Path]:
