@@ -32,7 +32,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, TextIO
 
 from coordination import defaults
 from coordination.cli_output import render
@@ -53,7 +53,8 @@ from coordination.state import RoleState
 from coordination.status import LeadershipStatus
 from coordination.watch import watch_events
 
-__all__ = ["DISTRIBUTION", "PROG", "main", "state_json", "status_json"]
+__all__ = ["DISTRIBUTION", "PROG", "installed_version", "main", "output_format", "state_json",
+           "status_json"]
 
 PROG = "krabka-coordination"
 DISTRIBUTION = "krabka-coordination"
@@ -84,6 +85,13 @@ def installed_version() -> str:
         return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+def output_format(chosen: str | None, stdout: TextIO) -> str:
+    """`chosen`, or table when `stdout` is a terminal and JSON when it is not."""
+    if chosen is not None:
+        return chosen
+    return "table" if stdout.isatty() else "json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -184,9 +192,8 @@ async def _run(args: argparse.Namespace, table: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and print its result; see the module docstring."""
     args = _parser().parse_args(argv)
-    output = args.output or ("table" if sys.stdout.isatty() else "json")
     try:
-        asyncio.run(_run(args, table=output == "table"))
+        asyncio.run(_run(args, table=output_format(args.output, sys.stdout) == "table"))
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
