@@ -20,7 +20,7 @@ watch one JSON line per event, in the schema of the events topic.
 Exit status: 0 on success (and for watch stopped by Ctrl-C or SIGTERM); 1
 for an error Kafka answered (a refused state topic, a role that cannot be
 fenced); 2 for bad arguments, bad connection settings or an unreachable
-broker (also one lost while watching).
+broker (also a follower's fetch failing with an outage while watching).
 """
 
 from __future__ import annotations

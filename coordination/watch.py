@@ -8,8 +8,8 @@ followed and each change the fold reports (`coordination.changes`) that is an
 event is handed over as it is committed.
 
 A lapse is a judgement of time, not a record: the worker's tick reports it,
-and a watcher sees the ``elected`` that ends the lapsed tenure (with its
-``previous_holder``). So ``lapsed`` is never reported here.
+and this reader keeps no clock, so ``lapsed`` is never reported here. The
+``elected`` of a successor names the lapsed holder (``previous_holder``).
 """
 
 from __future__ import annotations
