@@ -17,7 +17,8 @@ Output: --output table (the default on a terminal) or json (the default
 otherwise, so a pipe gets JSON): one JSON document per command, and for
 watch one JSON line per event, in the schema of the events topic.
 
-Exit status: 0 on success (and for watch stopped by Ctrl-C or SIGTERM); 1
+Exit status: 0 on success (and for watch stopped by Ctrl-C, SIGTERM or its
+reader closing the pipe, as ``watch | head -1`` does); 1
 for an error Kafka answered (a refused state topic, a role that cannot be
 fenced); 2 for bad arguments, bad connection settings or an unreachable
 broker (also a follower's fetch failing with an outage while watching).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -203,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StateTopicError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader of stdout went away (``watch | head -1``): an end like
+        # Ctrl-C. stdout then points nowhere, so the flush at exit cannot
+        # fail again (the advice of Python's signal module documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pty
@@ -197,6 +198,37 @@ async def test_watch_stops_on_sigint_with_status_0(kafka_bootstrap, state_topic)
     finally:
         watcher.stop()
     assert status == 0, "".join(watcher.stderr)
+
+
+async def test_watch_ends_with_status_0_when_its_reader_goes_away(kafka_bootstrap,
+                                                                   state_topic, tmp_path):
+    role = f"test.watch-{uuid.uuid4().hex[:8]}"
+    errors = tmp_path / "stderr"
+    read_end, write_end = os.pipe()
+    with errors.open("w") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "coordination", "watch", role, "--topic", state_topic,
+            "--partitions", str(PARTITIONS), "--bootstrap-servers", kafka_bootstrap,
+            stdout=write_end, stderr=stderr, cwd=ROOT)
+    # As `watch | head -0` would: the first event finds no reader.
+    os.close(write_end)
+    os.close(read_end)
+    try:
+        await eventually(lambda: _read(errors), lambda err: "following" in err, 30)
+        async with KafkaTransport(kafka_bootstrap, topic=state_topic) as transport:
+            leadership = await lead(transport, role)
+            await leadership.resign()
+        status = await asyncio.wait_for(process.wait(), 20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert status == 0, errors.read_text()
+    assert "Traceback" not in errors.read_text()
+
+
+async def _read(path) -> str:
+    return path.read_text()
 
 
 async def _lines(lines: list[str]) -> str:
