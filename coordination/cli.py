@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -175,8 +176,10 @@ async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: boo
             loop.remove_signal_handler(signum)
         stopping.cancel()
         watching.cancel()
-    if watching.done() and not watching.cancelled():
-        watching.result()  # an error while following: raise it
+        # The follower's tails close before the transport does; an error
+        # that ended the watch is raised here.
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
 
 
 async def _run(args: argparse.Namespace, table: bool) -> None:
