@@ -2,7 +2,8 @@
 
 `fold` hands the record to the library's `coordination.RoleFold`, which owns
 every rule of the role's state, and turns the change it reports into the
-leadership-change events of docs/events.md. `route` says which role a record
+leadership-change events of docs/events.md (`coordination.events`, which the
+operator CLI's ``watch`` uses too). `route` says which role a record
 belongs to, or why none can own it (`fold_unattributed` counts those per
 partition). `expire` is the tick: it reports a lapse that no record
 revealed. Nothing here raises for bad bytes, reads a clock or imports Faust;
@@ -16,28 +17,20 @@ reported once per lease record, and only while that lease is the latest.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import assert_never
 
-from agents.events import EventKind, LeadershipEvent
+from agents.events import LeadershipEvent
 from coordination import (
-    Change,
     Elected,
-    FencingToken,
     FormatError,
-    Joined,
     Key,
-    Lease,
-    Left,
     Record,
     Renewed,
-    Resigned,
     RoleFold,
     RoleState,
-    Skipped,
-    StillVacant,
     decode_key,
     role_partition,
 )
+from coordination.events import change_event, lease_event
 from tables.partition_state import PartitionValue, SkipKind
 from tables.role_state import MAX_ERRORS, MAX_TENURES, RoleValue
 
@@ -102,7 +95,7 @@ def fold(
                       keep_errors=MAX_ERRORS).apply(record)
     if isinstance(change, Elected | Renewed):
         new.lapse_reported = False  # a new lease record can lapse in its turn
-    event = _event(new, change)
+    event = change_event(new.state, new.partition, change)
     return new, events if event is None else [*events, event]
 
 
@@ -121,58 +114,5 @@ def _lapse(value: RoleValue, now_ms: int) -> list[LeadershipEvent]:
     # A lease's record is the latest under the lease key: its offset and timestamp.
     assert state.lease_offset is not None
     assert state.lease_timestamp is not None
-    return [_lease_event("lapsed", value, lease, state.tenure, state.lease_offset,
-                         state.lease_timestamp)]
-
-
-def _event(value: RoleValue, change: Change | None) -> LeadershipEvent | None:
-    """The event a change is, if any (docs/events.md: renewals and malformed records are none)."""
-    state = value.state
-    match change:
-        case None | Renewed() | StillVacant() | Skipped():
-            return None
-        case Joined():
-            return LeadershipEvent(state.role, "member-joined", change.member, value.partition,
-                                   change.offset, change.timestamp, rank=change.rank)
-        case Left():
-            return LeadershipEvent(state.role, "member-left", change.member, value.partition,
-                                   change.offset, change.timestamp, rank=change.rank)
-        case Elected():
-            return _lease_event("elected", value, change.lease, change.tenure, change.offset,
-                                change.timestamp, previous=change.previous)
-        case Resigned():
-            return _lease_event("resigned", value, change.lease, change.tenure, change.offset,
-                                change.timestamp)
-        case _:
-            assert_never(change)
-
-
-def _token(lease: Lease) -> FencingToken:
-    return FencingToken(lease.producer_id, lease.producer_epoch)
-
-
-def _lease_event(
-    kind: EventKind,
-    value: RoleValue,
-    lease: Lease,
-    tenure: int | None,
-    offset: int,
-    timestamp: int,
-    previous: Lease | None = None,
-) -> LeadershipEvent:
-    rank, ranked = value.state.rank_of(lease.member)
-    return LeadershipEvent(
-        value.state.role,
-        kind,
-        lease.member,
-        value.partition,
-        offset,
-        timestamp,
-        token=_token(lease),
-        tenure=tenure,
-        granted_at=lease.granted_at,
-        deadline=lease.deadline,
-        previous_holder=None if previous is None else previous.member,
-        previous_token=None if previous is None else _token(previous),
-        rank=rank if ranked else None,
-    )
+    return [lease_event("lapsed", state, value.partition, lease, state.tenure,
+                        state.lease_offset, state.lease_timestamp)]

@@ -3,10 +3,9 @@
 ``faust -A app.main worker`` runs one worker. `app.settings` reads the
 environment, `app.factory` builds the project's Faust app (a
 `app.faust_app.CoordinationApp`), `app.install` adds the coordination to it
-or to a user's app (topics, tables, agents, role service, web view, CLI
-commands), `app.web` and
-`app.dashboard` are the HTTP view, `app.commands` the ``roles``/``role``
-commands, `app.metrics` the Prometheus registry, `app.demo` the demo role, and
+or to a user's app (topics, tables, agents, role service, web view),
+`app.web` and `app.dashboard` are the HTTP view, `app.metrics` the
+Prometheus registry, `app.demo` the demo role, and
 `app.faust_patches` two fixes to faust-streaming's exactly_once mode.
 See docs/app.md.
 

@@ -5,8 +5,8 @@ A leaf of the worker: it imports no agent and no table module, only the
 library, Faust's and aiohttp's types, and the settings, metrics and readiness
 modules (which import no worker module; tests/app/test_worker_layers.py holds this).
 `app.install`, the composition root, builds one `Context` with every part
-and hands it to the agents, the role service, the web view and the CLI
-commands, so tests build as many workers as they need.
+and hands it to the agents, the role service and the web view, so tests
+build as many workers as they need.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The one composition root of the worker: it adds to the app the two tables,
 the topics, the fold, tick and events agents, the readiness probe, the role
-service, the web views and the CLI commands, all sharing one `Context`, and
+service and the web views, all sharing one `Context`, and
 returns the `Installation` the app's roles are declared on
 (``@installation.role("name")``). `app.main`, the project's own worker, is
 built through it too (docs/app.md#using-the-coordination-in-your-own-faust-app).
@@ -27,7 +27,7 @@ from faust.types import TopicT
 
 from agents import fold, roles, service
 from agents.events import EVENTS_TOPIC
-from app import commands, faust_patches, health, web
+from app import faust_patches, health, web
 from app.context import Context, TransportFactory
 from app.faust_app import CoordinationApp
 from app.faust_config import DERIVED, required_options
@@ -164,7 +164,6 @@ def install(
     _probe_cluster(ctx)
     role_service = service.install(ctx)
     web.install(ctx)
-    commands.install(ctx)
     installation = Installation(ctx, role_service, declared)
     setattr(app, _INSTALLED, installation)
     return installation

@@ -46,7 +46,7 @@ from coordination.changes import (
 )
 from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.defaults import STATE_TOPIC
-from coordination.describe import describe_leadership, describe_role_state
+from coordination.describe import describe_leadership, describe_role_state, describe_roles
 from coordination.errors import (
     ConfigurationError,
     CoordinationError,
@@ -174,6 +174,7 @@ __all__ = [
     "decode_registration",
     "describe_leadership",
     "describe_role_state",
+    "describe_roles",
     "encode_key",
     "encode_lease",
     "encode_registration",

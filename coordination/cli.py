@@ -1,32 +1,68 @@
-"""``python -m coordination``: what an operator asks of a role, as JSON.
+"""``krabka-coordination`` (also ``python -m coordination``): the operator CLI.
 
-    describe ROLE   the coordinator's current token (one DescribeTransactions)
-    state ROLE      the roster, lease and skipped records read from the log
-    fence ROLE      an unconditional InitProducerId: deposes the holder now
+    describe ROLE      the coordinator's current token (one DescribeTransactions)
+    state ROLE         the roster, lease and skipped records read from the log
+    fence ROLE         an unconditional InitProducerId: deposes the holder now
+    roles              every role on the state topic: holder, token, deadline,
+                       status, roster size (each partition read once)
+    watch [ROLE ...]   follow the state topic and print each leadership change
+                       as it is committed, until Ctrl-C or SIGTERM
 
-Exit status: 0 on success, 1 for an error Kafka answered (a refused topic, a
-role that cannot be fenced), 2 for bad arguments or an unreachable broker.
+Every command takes the worker's connection settings: the KAFKA_* variables
+(KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*),
+each overridden by its flag (--bootstrap-servers, --security-protocol ...).
+None of them needs a worker running.
+
+Output: --output table (the default on a terminal) or json (the default
+otherwise, so a pipe gets JSON): one JSON document per command, and for
+watch one JSON line per event, in the schema of the events topic.
+
+Exit status: 0 on success (and for watch stopped by Ctrl-C, SIGTERM or its
+reader closing the pipe, as ``watch | head -1`` does); 1
+for an error Kafka answered (a refused state topic, a role that cannot be
+fenced); 2 for bad arguments, bad connection settings or an unreachable
+broker (also a follower's fetch failing with an outage while watching).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, TextIO
 
 from coordination import defaults
-from coordination.describe import describe_leadership, describe_role_state
+from coordination.cli_output import render
+from coordination.clock import SystemClock
+from coordination.describe import describe_leadership, describe_role_state, describe_roles
 from coordination.errors import ConfigurationError, StateTopicError
-from coordination.json_forms import lease_json, roster_json, token_json
-from coordination.kafka import Connection, KafkaTransport, KafkaUnavailableError
+from coordination.events import LeadershipEvent, describe
+from coordination.json_forms import lease_json, roster_json, summary_json, token_json
+from coordination.kafka import (
+    Connection,
+    KafkaTransport,
+    KafkaTransportError,
+    KafkaUnavailableError,
+)
+from coordination.kafka.errors import is_outage
 from coordination.partition import role_partition
 from coordination.state import RoleState
 from coordination.status import LeadershipStatus
+from coordination.watch import watch_events
 
-__all__ = ["main"]
+__all__ = ["DISTRIBUTION", "PROG", "installed_version", "main", "output_format", "state_json",
+           "status_json"]
+
+PROG = "krabka-coordination"
+DISTRIBUTION = "krabka-coordination"
+OUTPUTS = ("table", "json")
+
 
 def status_json(status: LeadershipStatus) -> dict[str, Any]:
     """The JSON form of a `LeadershipStatus`."""
@@ -46,60 +82,142 @@ def state_json(state: RoleState, partition: int) -> dict[str, Any]:
     }
 
 
+def installed_version() -> str:
+    """The installed distribution's version; a checkout run without installing has none."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def output_format(chosen: str | None, stdout: TextIO) -> str:
+    """`chosen`, or table when `stdout` is a terminal and JSON when it is not."""
+    if chosen is not None:
+        return chosen
+    return "table" if stdout.isatty() else "json"
+
+
 def _parser() -> argparse.ArgumentParser:
-    connection = argparse.ArgumentParser(add_help=False)
-    Connection.add_arguments(connection)
-    connection.add_argument("--topic", default=defaults.STATE_TOPIC, help="the state topic")
+    common = argparse.ArgumentParser(add_help=False)
+    Connection.add_arguments(common)
+    common.add_argument("--topic", default=defaults.STATE_TOPIC, help="the state topic")
+    common.add_argument("--output", "-o", choices=OUTPUTS, default=None,
+                        help="table (the default on a terminal) or json (the default otherwise)")
+    partitions = argparse.ArgumentParser(add_help=False)
+    partitions.add_argument("--partitions", type=int, default=defaults.PARTITIONS,
+                            help="the state topic's partition count (default %(default)s)")
     parser = argparse.ArgumentParser(
-        prog="python -m coordination", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    describe = commands.add_parser("describe", parents=[connection],
-                                   help="the role's current token")
-    describe.add_argument("role")
-    state = commands.add_parser("state", parents=[connection],
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {installed_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    describe_ = commands.add_parser("describe", parents=[common],
+                                    help="the role's current token")
+    describe_.add_argument("role")
+    state = commands.add_parser("state", parents=[common, partitions],
                                 help="the role's roster and lease from the log")
     state.add_argument("role")
-    state.add_argument("--partitions", type=int, default=defaults.PARTITIONS,
-                       help="the state topic's partition count (default %(default)s)")
-    fence = commands.add_parser("fence", parents=[connection],
+    fence = commands.add_parser("fence", parents=[common],
                                 help="depose the role's holder now")
     fence.add_argument("role")
     fence.add_argument("--transaction-timeout", type=float, default=60.0,
                        help="seconds; the fenced producer's transaction timeout (default 60)")
+    commands.add_parser("roles", parents=[common, partitions],
+                        help="every role on the state topic")
+    watch = commands.add_parser("watch", parents=[common, partitions],
+                                help="print each leadership change as it is committed")
+    watch.add_argument("roles", nargs="*", metavar="ROLE",
+                       help="the roles to watch (default: every role)")
+    watch.add_argument("--from-beginning", action="store_true",
+                       help="print the changes already in the log first")
     return parser
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _answer(transport: KafkaTransport, args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON answer of a one-shot command."""
+    if args.command == "describe":
+        return status_json(await describe_leadership(transport, args.role))
+    if args.command == "state":
+        state = await describe_role_state(transport, args.role, args.partitions)
+        return state_json(state, role_partition(args.role, args.partitions))
+    if args.command == "roles":
+        states = await describe_roles(transport, args.partitions)
+        now = SystemClock().now_ms()
+        return {"roles": [summary_json(state, now) for state in states], "now": now}
+    before = await describe_leadership(transport, args.role)
+    token = await transport.acquire_epoch(args.role, args.transaction_timeout)
+    await transport.release(args.role, token)
+    return {"role": args.role, "fenced": status_json(before)["token"], "token": token_json(token)}
+
+
+async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: bool) -> None:
+    """Follow the events until SIGINT or SIGTERM, then return."""
+    def emit(event: LeadershipEvent) -> None:
+        body = event.to_json()
+        # Flushed per line: a pipe would otherwise hold events back for minutes.
+        print(describe(body) if table else json.dumps(body, ensure_ascii=False), flush=True)
+
+    def following() -> None:
+        which = ", ".join(args.roles) if args.roles else "every role"
+        print(f"following {args.topic} ({which}); Ctrl-C to stop", file=sys.stderr, flush=True)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    watching = asyncio.ensure_future(watch_events(
+        transport, args.partitions, emit, roles=args.roles,
+        from_beginning=args.from_beginning, following=following))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        stopping.cancel()
+        watching.cancel()
+        # The follower's tails close before the transport does; an error
+        # that ended the watch is raised here.
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+
+
+async def _run(args: argparse.Namespace, table: bool) -> None:
     connection = Connection.from_arguments(args)
     async with KafkaTransport(connection.bootstrap_servers, topic=args.topic,
                               **connection.client_options()) as transport:
-        if args.command == "describe":
-            return status_json(await describe_leadership(transport, args.role))
-        if args.command == "state":
-            state = await describe_role_state(transport, args.role, args.partitions)
-            return state_json(state, role_partition(args.role, args.partitions))
-        before = await describe_leadership(transport, args.role)
-        token = await transport.acquire_epoch(args.role, args.transaction_timeout)
-        await transport.release(args.role, token)
-        return {
-            "role": args.role,
-            "fenced": status_json(before)["token"],
-            "token": token_json(token),
-        }
+        if args.command == "watch":
+            await _watch(transport, args, table)
+            return
+        body = await _answer(transport, args)
+    print(render(args.command, body) if table else json.dumps(body, indent=2,
+                                                               ensure_ascii=False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command and print its JSON result; see the module docstring."""
+    """Run one command and print its result; see the module docstring."""
     args = _parser().parse_args(argv)
     try:
-        result = asyncio.run(_run(args))
-    except (KafkaUnavailableError, ConfigurationError) as exc:
+        asyncio.run(_run(args, table=output_format(args.output, sys.stdout) == "table"))
+    except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KafkaTransportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if _unreachable(exc) else 1
     except (StateTopicError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    except BrokenPipeError:
+        # The reader of stdout went away (``watch | head -1``): an end like
+        # Ctrl-C. stdout then points nowhere, so the flush at exit cannot
+        # fail again (the advice of Python's signal module documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
+
+
+def _unreachable(exc: KafkaTransportError) -> bool:
+    """Whether the broker could not be reached (or was lost), not an error it answered."""
+    return isinstance(exc, KafkaUnavailableError) or (
+        exc.__cause__ is not None and is_outage(exc.__cause__))

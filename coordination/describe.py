@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from coordination.errors import FormatError
-from coordination.fold import build_role_state
+from coordination.fold import RoleFold, build_role_state
 from coordination.partition import role_partition
 from coordination.records import decode_key
-from coordination.state import RoleState
+from coordination.state import Record, RoleState
 from coordination.status import LeadershipStatus
 from coordination.transport import Coordinator, StateReader
 
-__all__ = ["describe_leadership", "describe_role_state"]
+__all__ = ["describe_leadership", "describe_role_state", "describe_roles"]
 
 
 async def describe_leadership(coordinator: Coordinator, role: str) -> LeadershipStatus:
@@ -37,6 +37,46 @@ async def describe_role_state(reader: StateReader, role: str, partitions: int) -
         1 for record in read.records if _misplaced(record.key, partition, partitions)
     )
     return state
+
+
+async def describe_roles(reader: StateReader, partitions: int) -> list[RoleState]:
+    """Every role with a record on the state topic, by name, each as
+    `describe_role_state` gives it; every partition is read once.
+
+    A role is listed from its own partition only: a record that hashes to
+    another partition is counted in `RoleState.misplaced` of the roles of the
+    partition it was read from, and names no role. An undecodable key is
+    listed by every role of its partition, as `build_role_state` does.
+    """
+    await reader.check_topic(partitions, None)
+    states: list[RoleState] = []
+    for partition in range(partitions):
+        records = (await reader.read_partition(partition)).records
+        folds: dict[str, RoleFold] = {}
+        undecodable: list[Record] = []
+        misplaced = 0
+        for record in records:
+            try:
+                role = decode_key(record.key).role
+            except FormatError:
+                undecodable.append(record)
+                for each in folds.values():
+                    each.apply(record)
+                continue
+            if role_partition(role, partitions) != partition:
+                misplaced += 1
+                continue
+            fold = folds.get(role)
+            if fold is None:
+                # A role first seen here still lists the undecodable keys before it.
+                fold = folds[role] = RoleFold(role)
+                for earlier in undecodable:
+                    fold.apply(earlier)
+            fold.apply(record)
+        for done in folds.values():
+            done.state.misplaced = misplaced
+            states.append(done.state)
+    return sorted(states, key=lambda state: state.role)
 
 
 def _misplaced(key: bytes, partition: int, partitions: int) -> bool:

@@ -6,12 +6,14 @@ definition keeps the two from drifting apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from coordination.state import RoleState
 from coordination.token import FencingToken
 
-__all__ = ["lease_json", "roster_json", "token_json"]
+__all__ = ["Status", "lease_json", "roster_json", "status_of", "summary_json", "token_json"]
+
+Status = Literal["held", "lapsed", "vacant"]
 
 
 def token_json(token: FencingToken | None) -> dict[str, int] | None:
@@ -40,4 +42,28 @@ def lease_json(state: RoleState) -> dict[str, Any] | None:
         "tenure": state.tenure,
         "granted_at": lease.granted_at,
         "deadline": lease.deadline,
+    }
+
+
+def status_of(state: RoleState, now_ms: int) -> Status:
+    """held while the latest lease is live at `now_ms`, lapsed after its deadline, else vacant.
+
+    The deadline is the writer's clock and `now_ms` the reader's: a status
+    read near a deadline is as good as the two clocks agree.
+    """
+    if state.lease is None:
+        return "vacant"
+    return "held" if now_ms < state.lease.deadline else "lapsed"
+
+
+def summary_json(state: RoleState, now_ms: int) -> dict[str, Any]:
+    """``{"role", "holder", "token", "deadline", "status", "members"}``: one role of a listing."""
+    lease = state.lease
+    return {
+        "role": state.role,
+        "holder": None if lease is None else lease.member,
+        "token": token_json(state.token),
+        "deadline": None if lease is None else lease.deadline,
+        "status": status_of(state, now_ms),
+        "members": len(state.entries),
     }

@@ -2,17 +2,19 @@
 
 `summary` is one row of ``GET /roles/``; `detail` is ``GET /roles/{role}/``.
 Both take the instant of the read, because status is computed on read. The
-Faust views and the CLI commands render through here, so the table path and
-the log path (`coordination.describe_role_state`) answer in one shape.
+summary and the status are the library's (`coordination.json_forms`), which
+the operator CLI's ``roles`` prints too, so the table path and the log path
+(`coordination.describe_roles`) answer in one shape.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Literal
+from typing import Any
 
 from coordination import RoleState
-from coordination.json_forms import lease_json, roster_json, token_json
+from coordination.json_forms import Status, lease_json, roster_json, status_of
+from coordination.json_forms import summary_json as summary
 from tables.partition_state import PartitionValue
 from tables.role_state import MAX_ERRORS, RoleValue
 
@@ -26,8 +28,6 @@ __all__ = [
     "status_of",
     "summary",
 ]
-
-Status = Literal["held", "lapsed", "vacant"]
 
 
 class Skips:
@@ -75,26 +75,6 @@ def skips_of_values(value: RoleValue, partition: PartitionValue | None) -> Skips
 def skips_of_state(state: RoleState) -> Skips:
     """Skipped records of a `RoleState` read from the log (misplaced ones have no reason)."""
     return Skips(state.skipped + state.misplaced, list(state.errors), state.misplaced)
-
-
-def status_of(state: RoleState, now_ms: int) -> Status:
-    """held while the latest lease is live at `now_ms`, lapsed after its deadline, else vacant."""
-    if state.lease is None:
-        return "vacant"
-    return "held" if now_ms < state.lease.deadline else "lapsed"
-
-
-def summary(state: RoleState, now_ms: int) -> dict[str, Any]:
-    """``{"role", "holder", "token", "deadline", "status", "members"}``."""
-    lease = state.lease
-    return {
-        "role": state.role,
-        "holder": None if lease is None else lease.member,
-        "token": token_json(state.token),
-        "deadline": None if lease is None else lease.deadline,
-        "status": status_of(state, now_ms),
-        "members": len(state.entries),
-    }
 
 
 def detail(state: RoleState, skips: Skips, partition: int, now_ms: int) -> dict[str, Any]:

@@ -132,10 +132,10 @@ class AppGroup:
         self.workers.append(worker)
         return worker
 
-    def faust(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run ``faust -A app.main ARGS`` (a CLI command) with this group's settings."""
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run the operator CLI, ``python -m coordination ARGS``, with this group's settings."""
         return subprocess.run(
-            [sys.executable, "-m", "faust", "-A", "app.main", *args],
+            [sys.executable, "-m", "coordination", *args],
             env=self.env(free_port()), cwd=ROOT, capture_output=True, text=True,
             timeout=timeout, check=False,
         )

@@ -13,9 +13,9 @@ resolved to the worker module it names.
 - The context (`app.context`) imports no agent and no table module; the only
   worker modules it imports (settings, metrics) import no worker module.
 - Only `app.install` wires the parts: the modules that install agents,
-  the role service, the web view and the CLI commands, and the one that
-  declares the tables, are imported by it alone (one wiring path, for the
-  project's app and a user's alike).
+  the role service and the web view, and the one that declares the tables,
+  are imported by it alone (one wiring path, for the project's app and a
+  user's alike).
 - A package's ``__init__`` imports no worker module, so importing one module
   never runs another package's modules.
 """
@@ -32,7 +32,7 @@ PACKAGES = ("app", "agents", "tables")
 COMPOSITION_ROOT = {"app.install", "app.factory", "app.main"}
 WIRING = "app.install"
 CONTEXT = "app.context"
-WIRED = {"agents.fold", "agents.service", "app.web", "app.commands", "tables.faust_tables"}
+WIRED = {"agents.fold", "agents.service", "app.web", "tables.faust_tables"}
 
 
 def _module_files() -> dict[str, Path]:

@@ -1,0 +1,180 @@
+"""Leadership-change events: the changes of a role's holder or roster that a
+reader reports (schema in docs/events.md).
+
+The worker's fold publishes them to ``coordination-leadership-changes`` and
+``krabka-coordination watch`` prints them: both turn the fold's changes
+(`coordination.changes`) into events here, so the two speak one schema.
+One flat JSON object per event; every field is always present, null when it
+does not apply to the kind. Subscribers dedupe by ``(role, kind, offset)``:
+events can repeat after a fence of Faust's own producer, and one source record
+can end one tenure (``lapsed``) and start the next (``elected``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, assert_never
+
+from coordination.changes import (
+    Change,
+    Elected,
+    Joined,
+    Left,
+    Renewed,
+    Resigned,
+    Skipped,
+    StillVacant,
+)
+from coordination.json_forms import token_json
+from coordination.records import Lease
+from coordination.state import RoleState
+from coordination.token import FencingToken
+
+__all__ = ["KINDS", "EventKind", "LeadershipEvent", "change_event", "describe", "lease_event"]
+
+SCHEMA = 1
+
+EventKind = Literal["elected", "resigned", "lapsed", "member-joined", "member-left"]
+KINDS: tuple[EventKind, ...] = ("elected", "resigned", "lapsed", "member-joined", "member-left")
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipEvent:
+    """One change of a role's holder or roster.
+
+    `partition` and `offset` locate the source record in
+    ``__coordination_state``: for ``lapsed`` it is the lease record whose
+    deadline passed (so the event is the same whether a tick or the next
+    record noticed the lapse); `timestamp` is that record's Kafka timestamp.
+    """
+
+    role: str
+    kind: EventKind
+    member: str | None
+    partition: int
+    offset: int
+    timestamp: int
+    token: FencingToken | None = None
+    tenure: int | None = None
+    granted_at: int | None = None
+    deadline: int | None = None
+    previous_holder: str | None = None
+    previous_token: FencingToken | None = None
+    rank: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as published (see docs/events.md)."""
+        return {
+            "schema": SCHEMA,
+            "role": self.role,
+            "kind": self.kind,
+            "member": self.member,
+            "rank": self.rank,
+            "token": token_json(self.token),
+            "tenure": self.tenure,
+            "granted_at": self.granted_at,
+            "deadline": self.deadline,
+            "previous_holder": self.previous_holder,
+            "previous_token": token_json(self.previous_token),
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+        }
+
+    def encode(self) -> bytes:
+        """The event's bytes on the events topic: its JSON form, compact UTF-8."""
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def change_event(state: RoleState, partition: int, change: Change | None) -> LeadershipEvent | None:
+    """The event a change of `state` (already applied to it) is, if any.
+
+    Renewals, vacancies that stay vacant and malformed records are none
+    (docs/events.md).
+    """
+    match change:
+        case None | Renewed() | StillVacant() | Skipped():
+            return None
+        case Joined():
+            return LeadershipEvent(state.role, "member-joined", change.member, partition,
+                                   change.offset, change.timestamp, rank=change.rank)
+        case Left():
+            return LeadershipEvent(state.role, "member-left", change.member, partition,
+                                   change.offset, change.timestamp, rank=change.rank)
+        case Elected():
+            return lease_event("elected", state, partition, change.lease, change.tenure,
+                               change.offset, change.timestamp, previous=change.previous)
+        case Resigned():
+            return lease_event("resigned", state, partition, change.lease, change.tenure,
+                               change.offset, change.timestamp)
+        case _:
+            assert_never(change)
+
+
+def lease_event(
+    kind: EventKind,
+    state: RoleState,
+    partition: int,
+    lease: Lease,
+    tenure: int | None,
+    offset: int,
+    timestamp: int,
+    previous: Lease | None = None,
+) -> LeadershipEvent:
+    """An event about `lease` (elected, resigned, lapsed); `rank` is its holder's in `state`."""
+    rank, ranked = state.rank_of(lease.member)
+    return LeadershipEvent(
+        state.role,
+        kind,
+        lease.member,
+        partition,
+        offset,
+        timestamp,
+        token=_token(lease),
+        tenure=tenure,
+        granted_at=lease.granted_at,
+        deadline=lease.deadline,
+        previous_holder=None if previous is None else previous.member,
+        previous_token=None if previous is None else _token(previous),
+        rank=rank if ranked else None,
+    )
+
+
+def describe(event: Mapping[str, Any]) -> str:
+    """One readable line for a published event (its JSON form), for a terminal.
+
+    The time is the source record's, in local time; a field the kind does
+    not use is left out.
+    """
+    at = event.get("timestamp") or 0
+    clock = time.strftime("%H:%M:%S", time.localtime(at / 1000)) + f".{at % 1000:03d}"
+    role, member, kind = event.get("role"), event.get("member"), event.get("kind")
+    token = _token_text(event.get("token"))
+    if kind == "elected":
+        text = f"{member} leads {role!r} (token {token}"
+        previous = event.get("previous_holder")
+        text += f", after {previous})" if previous else ")"
+    elif kind == "resigned":
+        text = f"{member} resigned {role!r} (token {token})"
+    elif kind == "lapsed":
+        text = f"the lease of {member} on {role!r} lapsed (token {token})"
+    elif kind == "member-joined":
+        text = f"{member} stands for {role!r} (rank {event.get('rank')})"
+    elif kind == "member-left":
+        text = f"{member} no longer stands for {role!r}"
+    else:
+        text = f"{kind} {role!r} {member}"
+    return f"{clock} {text}"
+
+
+def _token(lease: Lease) -> FencingToken:
+    return FencingToken(lease.producer_id, lease.producer_epoch)
+
+
+def _token_text(token: Any) -> str:
+    if not isinstance(token, Mapping):
+        return "none"
+    return f"{token.get('producer_id')}/{token.get('producer_epoch')}"
