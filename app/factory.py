@@ -127,7 +127,8 @@ def kafka_transport_factory(settings: Settings) -> TransportFactory:
     """Connect the coordination library to the cluster the app consumes from."""
     from coordination.kafka import KafkaTransport  # aiokafka clients only when running
 
-    return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic)
+    return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic,
+                                  **settings.connection.client_options())
 
 
 def create_app(settings: Settings, *, store: str = "rocksdb://",

@@ -18,9 +18,11 @@ from app.check import report
 from app.factory import create_app
 from app.faust_config import FaustConflictError, conflicts, faust_options
 from app.settings import VARIABLES, Settings, mask
+from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
+from coordination.kafka.connection import Connection
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = Settings(bootstrap_servers="k1:9092", web_port=7001, web_host="w1")
+SETTINGS = Settings(connection=Connection("k1:9092"), web_port=7001, web_host="w1")
 
 
 def conflict_texts(env):
@@ -70,10 +72,11 @@ def test_every_option_the_worker_sets_is_a_faust_setting():
 
 
 def test_every_setting_has_its_variable_and_docs_list_it():
-    names = {item.name for item in fields(Settings)}
+    names = {item.name for item in fields(Settings)} - {"connection"}
     assert set(VARIABLES) == names
     docs = (ROOT / "docs" / "app.md").read_text()
-    assert [v for v in VARIABLES.values() if f"`{v}`" not in docs] == []
+    every = [*VARIABLES.values(), *CONNECTION_VARIABLES.values()]
+    assert [v for v in every if f"`{v}`" not in docs] == []
 
 
 def test_secrets_and_url_passwords_are_masked():
