@@ -28,7 +28,7 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from agents import fold, service
 from agents.events import EVENTS_TOPIC
 from agents.roles import ROLES, RoleFunction
-from app import commands, faust_config, faust_patches, health, web
+from app import access, commands, faust_config, faust_patches, health, web
 from app.context import Context, TransportFactory
 from app.faust_config import faust_options
 from app.readiness import ClusterWatch, ReadinessBounds
@@ -78,10 +78,12 @@ class CoordinationApp(faust.App):
     """
 
     before_stop: list[Callable[[], Awaitable[None]]]
+    start_checks: list[Callable[[], Awaitable[None]]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.before_stop = []
+        self.start_checks = []
 
     def _new_web(self) -> Any:
         return CoordinationWeb(self)
@@ -104,6 +106,8 @@ class CoordinationApp(faust.App):
 
     async def on_first_start(self) -> None:
         # Runs once, when a worker starts the app (never for CLI commands).
+        for start_check in self.start_checks:
+            await start_check()
         self.forget_local_tables()
         await super().on_first_start()
 
@@ -180,6 +184,8 @@ def build(
                                   settings.ready_max_busy),
         clock=clock,
     )
+    if transport_factory is None:  # the cluster's own ACLs; a test's transport has none
+        access.install(ctx)
     fold.install(ctx)
     _subscribe_events(ctx)
     _probe_cluster(ctx)

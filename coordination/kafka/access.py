@@ -46,7 +46,8 @@ from coordination.kafka.errors import KafkaUnavailableError, is_outage
 from coordination.kafka.lifecycle import start_bounded, stop_client
 from coordination.kafka.options import ClientOptions
 
-__all__ = ["PROBE_SUFFIX", "AccessDeniedError", "Acl", "check_access"]
+__all__ = ["CLUSTER", "PROBE_SUFFIX", "AccessDeniedError", "Acl", "check_access",
+           "member_acls"]
 
 PROBE_SUFFIX = "__access-check"
 
@@ -112,6 +113,24 @@ class AccessDeniedError(CoordinationError):
                          "(docs/guarantees.md#acls-a-member-needs)")
         self.principal = principal
         self.missing = tuple(missing)
+
+
+def member_acls(topic: str, roles: Iterable[str], *, role_prefix: str | None = None,
+                guarded_topics: Iterable[str] = ()) -> list[Acl]:
+    """The ACLs a member process needs (docs/guarantees.md#acls-a-member-needs).
+
+    `roles` are those it is a candidate for, each its own transactional id,
+    or every role under `role_prefix`; `guarded_topics` those it writes in
+    guarded transactions. Describe is left out wherever Read or Write grants
+    it (Kafka's implied operations): listing it would check nothing more.
+    """
+    acls = [Acl("Topic", topic, op) for op in ("Read", "Write", "DescribeConfigs")]
+    if role_prefix is not None:
+        acls.append(Acl("TransactionalId", role_prefix, "Write", prefixed=True))
+    acls += [Acl("TransactionalId", role, "Write") for role in sorted(set(roles))]
+    acls += [Acl("Topic", name, "Write") for name in guarded_topics]
+    acls.append(Acl("Cluster", CLUSTER, "DescribeConfigs"))
+    return acls
 
 
 def _probe_request(acl: Acl, topic: str) -> Any:
