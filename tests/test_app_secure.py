@@ -75,7 +75,8 @@ def test_a_worker_group_elects_over_sasl_ssl_and_the_cli_describes_the_role(
     described = _cli(group, "describe", DEMO, env=secure_kafka.env("worker"))
     assert described.returncode == 0, described.stderr
     token = json.loads(described.stdout)["token"]
-    assert token is not None and token["producer_epoch"] >= 0, described.stdout
+    assert token is not None, described.stdout
+    assert token["producer_epoch"] >= 0
     assert all(worker.alive() for worker in group.workers)
 
 
