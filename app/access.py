@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from app.context import Context
 from app.settings import Settings
 from coordination.kafka.access import Acl, check_access, member_acls
+from coordination.kafka.errors import KafkaUnavailableError
 
 __all__ = ["check", "install", "worker_acls"]
 
@@ -49,13 +50,21 @@ def _guarded_topics(settings: Settings) -> list[str]:
 
 
 async def check(ctx: Context) -> None:
-    """Raise `AccessDeniedError` unless the principal holds every ACL the worker needs."""
+    """Raise `AccessDeniedError` unless the principal holds every ACL the worker needs.
+
+    A cluster that cannot be reached is only logged: the worker starts as it
+    did before the check, its clients retrying (agents/service.py), and the
+    ACLs go unchecked.
+    """
     settings = ctx.settings
     connection = settings.connection
-    await check_access(settings.bootstrap_servers,
-                       worker_acls(settings, ctx.roles, _guarded_topics(settings)),
-                       topic=settings.state_topic, principal=connection.sasl_username,
-                       **connection.client_options())
+    try:
+        await check_access(settings.bootstrap_servers,
+                           worker_acls(settings, ctx.roles, _guarded_topics(settings)),
+                           topic=settings.state_topic, principal=connection.sasl_username,
+                           **connection.client_options())
+    except KafkaUnavailableError as exc:
+        log.warning("the ACLs could not be checked at start-up (%s); starting unchecked", exc)
 
 
 def install(ctx: Context) -> None:
