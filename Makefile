@@ -8,6 +8,9 @@ KAFKA  := $(PY) deploy/kafka/kafka.py
 # The broker `make kafka-up` and `make run` manage (tests start their own).
 KAFKA_DIR  ?= .cache/kafka/local
 KAFKA_PORT ?= 9092
+# SECURE=1: a SASL_SSL broker (SCRAM users, TLS from keytool, ACLs); it prints
+# the client settings (deploy/kafka/README.md). Use another KAFKA_DIR than a plaintext one.
+SECURE ?=
 
 .PHONY: run test lint typecheck unit integration deploy-check venv kafka-jars browser kafka-up kafka-down kafka-status clean
 
@@ -56,7 +59,7 @@ browser:
 	bash deploy/install-browser.sh
 
 kafka-up: venv kafka-jars
-	$(KAFKA) up --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+	$(KAFKA) up --dir $(KAFKA_DIR) --port $(KAFKA_PORT) $(if $(SECURE),--secure --user worker)
 
 kafka-down: venv
 	$(KAFKA) down --dir $(KAFKA_DIR)

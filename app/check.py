@@ -28,11 +28,13 @@ def report(env: Mapping[str, str]) -> tuple[str, int]:
         settings = Settings.from_env(env)
     except ValueError as exc:
         return f"invalid setting: {exc}", 2
-    for item in fields(settings):
-        variable = VARIABLES[item.name]
-        value = getattr(settings, item.name)
+    # The connection masks its own password (a password file's path is no secret).
+    shown = dict(settings.connection.describe())
+    shown.update((VARIABLES[item.name], mask(VARIABLES[item.name], getattr(settings, item.name)))
+                 for item in fields(settings) if item.name != "connection")
+    for variable, value in shown.items():
         source = "environment" if env.get(variable) else "default"
-        lines.append(f"  {variable} = {mask(variable, value)}  ({source})")
+        lines.append(f"  {variable} = {value}  ({source})")
     options = faust_options(settings)
     lines.append("Options the worker gives Faust:")
     for option, value in options.items():

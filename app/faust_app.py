@@ -68,10 +68,12 @@ class CoordinationApp(faust.App):
     """
 
     before_stop: list[Callable[[], Awaitable[None]]]
+    start_checks: list[Callable[[], Awaitable[None]]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.before_stop = []
+        self.start_checks = []
 
     def _new_web(self) -> Any:
         return CoordinationWeb(self)
@@ -94,6 +96,8 @@ class CoordinationApp(faust.App):
 
     async def on_first_start(self) -> None:
         # Runs once, when a worker starts the app (never for CLI commands).
+        for start_check in self.start_checks:
+            await start_check()
         # Checked here, not when the app is built: ``faust worker`` sets
         # web_enabled from its --with-web/--without-web flag after the import.
         if not self.conf.web_enabled:

@@ -22,14 +22,17 @@ from typing import Any
 import faust
 
 from app.settings import Settings, mask
+from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
+from coordination.kafka.connection import Connection
 
-__all__ = ["Conflict", "FaustConflictError", "check", "conflicts", "faust_options",
-           "faust_variables", "required_options"]
+__all__ = ["Conflict", "FaustConflictError", "broker_credentials", "check", "conflicts",
+           "faust_options", "faust_variables", "required_options"]
 
 FIXED = "fixed by the worker"
 
 SOURCES: Mapping[str, str] = {
-    "broker": "KAFKA_BOOTSTRAP_SERVERS",
+    "broker": CONNECTION_VARIABLES["bootstrap_servers"],
+    "broker_credentials": "the KAFKA_SECURITY_PROTOCOL and KAFKA_SASL_* / KAFKA_SSL_* variables",
     "broker_commit_interval": "COORDINATION_COMMIT_INTERVAL",
     "topic_partitions": "COORDINATION_PARTITIONS",
     "topic_replication_factor": "COORDINATION_REPLICATION_FACTOR",
@@ -106,12 +109,36 @@ def required_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def broker_credentials(
+    connection: Connection,
+) -> faust.SSLCredentials | faust.SASLCredentials | None:
+    """The connection's TLS and SASL settings as Faust's ``broker_credentials``.
+
+    Faust hands them to aiokafka unchanged (``credentials_to_aiokafka_auth``):
+    `SASLCredentials` with an SSL context is SASL_SSL, without one
+    SASL_PLAINTEXT; `SSLCredentials` is SSL. The TLS context is the
+    connection's own, the one the coordination transport uses.
+    """
+    context = connection.ssl_context()
+    if connection.uses_sasl:
+        return faust.SASLCredentials(username=connection.sasl_username,
+                                     password=connection.password(),
+                                     mechanism=connection.sasl_mechanism,
+                                     ssl_context=context)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def faust_options(settings: Settings, *, store: str = "rocksdb://") -> dict[str, Any]:
     """The options the worker gives ``faust.App`` (see docs/app.md)."""
     logging_config = {} if settings.log_format == "text" else {"logging_config": JSON_LOGGING}
+    credentials = broker_credentials(settings.connection)
+    secured = {} if credentials is None else {"broker_credentials": credentials}
     return {
         **logging_config,
         **required_options(settings),
+        **secured,
         "store": store,
         # Events become visible at commit: commit often.
         "broker_commit_interval": settings.commit_interval,

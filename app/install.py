@@ -27,7 +27,7 @@ from faust.types import TopicT
 
 from agents import fold, roles, service
 from agents.events import EVENTS_TOPIC
-from app import faust_patches, health, web
+from app import access, faust_patches, health, web
 from app.context import Context, TransportFactory
 from app.faust_app import CoordinationApp
 from app.faust_config import DERIVED, required_options
@@ -119,7 +119,8 @@ def kafka_transport_factory(settings: Settings) -> TransportFactory:
     """Connect the coordination library to the cluster the app consumes from."""
     from coordination.kafka import KafkaTransport  # aiokafka clients only when running
 
-    return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic)
+    return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic,
+                                  **settings.connection.client_options())
 
 
 def install(
@@ -158,6 +159,8 @@ def install(
                                   settings.ready_max_busy),
         clock=clock,
     )
+    if transport_factory is None:  # the cluster's own ACLs; a test's transport has none
+        access.install(ctx)
     _export_metrics(ctx)
     fold.install(ctx)
     _subscribe_events(ctx)

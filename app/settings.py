@@ -1,6 +1,9 @@
 """Worker settings, from environment variables with documented defaults.
 
-Every setting has one variable; `docs/app.md` lists them. The web port and
+Every setting has one variable; `docs/app.md` lists them. How to reach the
+cluster (bootstrap servers, TLS, SASL) is a `coordination.kafka.Connection`,
+read by it from its own ``KAFKA_*`` variables: the worker, the operator CLI
+and the topics tool share that one reading. The web port and
 data directory are per worker (several local workers need distinct ones);
 the member id defaults to ``{hostname}:{web_port}`` so local workers are
 distinct members and a StatefulSet pod keeps its id across restarts.
@@ -18,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from coordination import LeadershipOptions, defaults
+from coordination.kafka.connection import Connection
 
 __all__ = ["VARIABLES", "Settings", "mask"]
 
@@ -51,7 +55,6 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 """How a variable's text becomes a field of each annotated type."""
 
 VARIABLES: Mapping[str, str] = {
-    "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
     "app_id": "COORDINATION_APP_ID",
     "state_topic": "COORDINATION_STATE_TOPIC",
     "events_topic": "COORDINATION_EVENTS_TOPIC",
@@ -75,7 +78,8 @@ VARIABLES: Mapping[str, str] = {
     "log_format": "COORDINATION_LOG_FORMAT",
     "demo": "COORDINATION_DEMO",
 }
-"""The environment variable of each setting (docs/app.md lists them)."""
+"""The environment variable of each setting but `Settings.connection`, which
+reads ``coordination.kafka.connection.VARIABLES`` (docs/app.md lists both)."""
 
 LOG_FORMATS = ("text", "json")
 
@@ -114,7 +118,7 @@ def _mask_url_password(text: str) -> str:
 class Settings:
     """What one worker needs to know; `from_env` reads it."""
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    connection: Connection = field(default_factory=Connection)
     app_id: str = "krabka-coordination"
     state_topic: str = defaults.STATE_TOPIC
     events_topic: str = "coordination-leadership-changes"
@@ -160,8 +164,10 @@ class Settings:
         A variable that is unset or empty leaves the field's default.
         """
         env = os.environ if env is None else env
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {"connection": Connection.from_env(env)}
         for item in fields(cls):
+            if item.name == "connection":
+                continue
             name = VARIABLES[item.name]
             raw = env.get(name, "")
             if item.type == "bool":
@@ -169,6 +175,10 @@ class Settings:
             elif raw != "":
                 values[item.name] = _PARSERS[str(item.type)](name, raw)
         return cls(**values)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.connection.bootstrap_servers
 
     def member(self, web_port: int | None = None) -> str:
         """This worker's member id: the configured one, else ``{hostname}:{web_port}``.

@@ -6,8 +6,9 @@ a request that timed out), and the core retries it until the fence deadline.
 The other errors are outcomes (`FencedError`, `EpochLostError`,
 `OutcomeUnknownError`), configuration the protocol cannot run on
 (`StateTopicError`), settings that cannot work together
-(`ConfigurationError`), bad bytes (`FormatError`) or a call the lifecycle does
-not allow (`InvalidStateError`). Anything a transport raises that is not a
+(`ConfigurationError`), bad bytes (`FormatError`), a call the lifecycle does
+not allow (`InvalidStateError`) or a principal without an ACL it needs
+(`coordination.kafka.AccessDeniedError`). Anything a transport raises that is not a
 `CoordinationError` (a `TypeError`, an `AttributeError`) is a bug and is
 never retried: a tenure that meets one ends at once with it in `err`.
 A bad argument noticed before any I/O is a `ValueError`.

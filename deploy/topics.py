@@ -15,10 +15,18 @@ not exactly ``cleanup.policy=compact`` or has another partition count is an
 error naming the fix, as the library's start-up check would be: two counts
 would split a role across two partitions.
 
+The cluster is reached as the worker reaches it: ``KAFKA_BOOTSTRAP_SERVERS``,
+``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_*`` and ``KAFKA_SSL_*``, or the
+matching flags (``--security-protocol SASL_SSL`` ...; ``--help`` lists them),
+read by `coordination.kafka.Connection`. Its principal needs Create and
+Describe on the topics (DescribeConfigs too for an existing state topic):
+the worker's own principal does not have Create on them.
+
 Production settings (see docs/deploy.md): ``--replication-factor 3`` (then
 ``min.insync.replicas=2`` is set on each topic) and broker-side
-``auto.create.topics.enable=false``. Exit status: 0 ready, 1 a mismatch,
-2 the cluster could not be reached.
+``auto.create.topics.enable=false``. Exit status: 0 ready, 1 a mismatch or an
+error of the cluster (an authorization failure among them), 2 bad connection
+settings or a cluster that could not be reached.
 """
 
 from __future__ import annotations
@@ -34,12 +42,14 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import BrokerResponseError, KafkaError, TopicAlreadyExistsError, for_code
 
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from coordination.defaults import PARTITIONS, STATE_TOPIC
+from coordination.errors import ConfigurationError
+from coordination.kafka.connection import Connection
 
 EVENTS_TOPIC = "coordination-leadership-changes"
 DEMO_TOPIC = "coordination-demo-output"
@@ -78,11 +88,12 @@ def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
     return wanted
 
 
-async def ensure(bootstrap: str, wanted: list[TopicSpec], seconds: float = 30.0
+async def ensure(connection: Connection, wanted: list[TopicSpec], seconds: float = 30.0
                  ) -> dict[str, str]:
     """Create what is missing, check what exists; `TopicMismatch` on a conflict."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(seconds * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=connection.bootstrap_servers,
+                                request_timeout_ms=int(seconds * 1000),
+                                **connection.client_options())
     await asyncio.wait_for(admin.start(), seconds)
     try:
         report = {}
@@ -130,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     env = os.environ
-    parser.add_argument("--bootstrap-servers",
-                        default=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    Connection.add_arguments(parser)
     parser.add_argument("--partitions", type=int,
                         default=int(env.get("COORDINATION_PARTITIONS", PARTITIONS)))
     parser.add_argument("--replication-factor", type=int,
@@ -144,16 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", action="store_true", help="also the demo role's output topic")
     parser.add_argument("--demo-topic", default=env.get("COORDINATION_DEMO_TOPIC", DEMO_TOPIC))
     args = parser.parse_args(argv)
+    try:
+        connection = Connection.from_arguments(args)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     wanted = specs(args.partitions, args.replication_factor, args.segment_ms, demo=args.demo,
                    state_topic=args.state_topic, events_topic=args.events_topic,
                    demo_topic=args.demo_topic)
     try:
-        report = asyncio.run(ensure(args.bootstrap_servers, wanted))
-    except TopicMismatch as exc:
+        report = asyncio.run(ensure(connection, wanted))
+    except (TopicMismatch, BrokerResponseError) as exc:
+        # A refusal of the cluster (an ACL missing, say) is no unreachable cluster.
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (TimeoutError, KafkaError, OSError) as exc:
-        print(f"error: cannot reach {args.bootstrap_servers}: {exc!r}", file=sys.stderr)
+        print(f"error: cannot reach {connection.bootstrap_servers}: {exc!r}", file=sys.stderr)
         return 2
     print(json.dumps(report))
     return 0

@@ -4,6 +4,11 @@ With ``KAFKA_BOOTSTRAP_SERVERS`` set, those tests use that cluster. Without
 it, the first test that needs a broker starts a local single-node KRaft broker
 from the Maven Central jars (``deploy/kafka/kafka.py``) in a temporary folder,
 and the session stops it by PID at the end, also when tests fail.
+
+`secure_kafka` is another broker, started the same way by the first test
+that needs it: SASL_SSL with SCRAM users (``admin``, a super user, and the
+ACL-less ``worker`` and ``limited``), TLS from keytool and the
+StandardAuthorizer (tests/support/secure_cluster.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.secure_cluster import SecureCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "deploy" / "kafka" / "kafka.py"
@@ -61,3 +68,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stopped = _kafka("down", "--dir", str(folder), timeout=120)
         if stopped.returncode != 0:
             print(f"stopping the local broker failed:\n{stopped.stderr}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    """A local SASL_SSL broker with ACLs, started here and stopped by PID at the end."""
+    folder = tmp_path_factory.mktemp("kafka-secure")
+    try:
+        started = _kafka("up", "--secure", "--user", "worker", "--user", "limited",
+                         "--dir", str(folder), "--port", str(_free_port()),
+                         timeout=START_TIMEOUT)
+        if started.returncode != 0:
+            pytest.fail(
+                f"the secured Kafka broker did not start (exit {started.returncode}):\n"
+                f"{started.stdout}\n{started.stderr}",
+                pytrace=False,
+            )
+        yield SecureCluster(folder, started.stdout.strip().splitlines()[-1])
+    finally:
+        stopped = _kafka("down", "--dir", str(folder), timeout=120)
+        if stopped.returncode != 0:
+            print(f"stopping the secured broker failed:\n{stopped.stderr}", file=sys.stderr)

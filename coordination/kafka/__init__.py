@@ -14,6 +14,7 @@ from coordination.kafka.aiokafka_internals import AIOKAFKA
 AIOKAFKA.require(aiokafka.__version__)
 
 from coordination.defaults import STATE_TOPIC  # noqa: E402
+from coordination.kafka.access import AccessDeniedError, Acl, check_access, member_acls  # noqa: E402
 from coordination.kafka.connection import Connection  # noqa: E402
 from coordination.kafka.errors import (  # noqa: E402
     KafkaTransportError,
@@ -24,9 +25,13 @@ from coordination.kafka.transport import KafkaTransport  # noqa: E402
 
 __all__ = [
     "STATE_TOPIC",
+    "AccessDeniedError",
+    "Acl",
     "Connection",
     "KafkaTransport",
     "KafkaTransportError",
     "KafkaUnavailableError",
     "ProducerFatalError",
+    "check_access",
+    "member_acls",
 ]

@@ -9,7 +9,7 @@ reach it; `down` stops it). Standard library only.
 
     kafka.py up     --dir DIR [--port 9092] [--nodes 1|3] [--controller-port P]
                     [--host 127.0.0.1] [--transaction-version N] [--heap 512m]
-                    [--timeout 90]
+                    [--secure [--user NAME ...]] [--timeout 90]
     kafka.py down   --dir DIR [--timeout 30]
     kafka.py status --dir DIR                       (exit 0 all up, 3 otherwise)
     kafka.py kill   --dir DIR --node N [--signal KILL|TERM|STOP|CONT]
@@ -26,19 +26,34 @@ Clients reach the brokers at --host (listened on and advertised; default
 controllers always listen on 127.0.0.1.
 `up` prints the bootstrap servers as its last stdout line once every node
 answers a real Kafka request (Metadata listing every node as an unfenced broker).
+
+`up --secure` formats a secured cluster instead: clients reach a SASL_SSL
+listener (TLS with a certificate made at format time by the JDK's `keytool`,
+SCRAM-SHA-512 users created at format time: `admin`, a super user, and each
+`--user NAME`), and Kafka's StandardAuthorizer refuses what no ACL allows.
+The controllers stay on plaintext loopback; their principal (ANONYMOUS) is a
+super user, as the brokers' requests to them need. DIR/secure holds the CA
+(`ca.pem` for clients), the keystores, one `NAME.password` file per user and
+`client.env`, the admin's client settings as KAFKA_* variable lines, which
+`up` also prints before the bootstrap line.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -83,6 +98,8 @@ class Cluster:
     transaction_version: int | None
     controller_port_base: int
     host: str = "127.0.0.1"  # the brokers' listener; a cluster.json without it is loopback
+    secure: bool = False  # SASL_SSL with SCRAM users and ACLs (a cluster.json without it: no)
+    users: tuple[str, ...] = ()  # SCRAM users besides ADMIN (secure only)
 
     def node_ids(self) -> range:
         return range(1, self.nodes + 1)
@@ -108,6 +125,9 @@ class Cluster:
     def props_path(self, node: int) -> Path:
         return self.node_dir(node) / "server.properties"
 
+    def secure_dir(self) -> Path:
+        return Path(self.dir) / "secure"
+
 
 def cluster_file(directory: Path) -> Path:
     return directory / "cluster.json"
@@ -117,7 +137,9 @@ def load_cluster(directory: Path) -> Cluster | None:
     path = cluster_file(directory)
     if not path.exists():
         return None
-    return Cluster(**json.loads(path.read_text()))
+    saved = json.loads(path.read_text())
+    saved["users"] = tuple(saved.get("users", ()))
+    return Cluster(**saved)
 
 
 def save_cluster(cluster: Cluster) -> None:
@@ -131,16 +153,17 @@ def server_properties(cluster: Cluster, node: int) -> str:
     min_isr = 1 if cluster.nodes == 1 else 2
     voters = ",".join(f"{n}@127.0.0.1:{cluster.controller_port(n)}" for n in cluster.node_ids())
     plain, ctrl = cluster.broker_port(node), cluster.controller_port(node)
-    listeners = f"PLAINTEXT://{cluster.host}:{plain},CONTROLLER://127.0.0.1:{ctrl}"
-    settings = {
+    client = "SASL_SSL" if cluster.secure else "PLAINTEXT"
+    listeners = f"{client}://{cluster.host}:{plain},CONTROLLER://127.0.0.1:{ctrl}"
+    settings: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node,
         "controller.quorum.voters": voters,
         "listeners": listeners,
         "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": client,
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{client}:{client}",
         "log.dirs": cluster.node_dir(node) / "data",
         "num.partitions": 1,
         "default.replication.factor": replication,
@@ -158,9 +181,188 @@ def server_properties(cluster: Cluster, node: int) -> str:
         # The default 128 MiB dedupe buffer is most of a small heap.
         "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
     }
+    if cluster.secure:
+        settings.update(secure_properties(cluster))
     lines = [f"# Written by deploy/kafka/kafka.py for node {node} of {cluster.dir}"]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- security
+
+
+ADMIN = "admin"
+SCRAM = "SCRAM-SHA-512"
+CERT_DAYS = 30
+
+
+def secure_properties(cluster: Cluster) -> dict[str, object]:
+    """SASL_SSL for clients and between brokers, SCRAM-SHA-512, the StandardAuthorizer."""
+    folder = cluster.secure_dir()
+    store_password = read_secret(folder / "store.password")
+    admin_password = read_secret(folder / f"{ADMIN}.password")
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="{ADMIN}" password="{admin_password}";')
+    return {
+        "sasl.enabled.mechanisms": SCRAM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM,
+        f"listener.name.sasl_ssl.{SCRAM.lower()}.sasl.jaas.config": jaas,
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": folder / "broker.p12",
+        "ssl.keystore.password": store_password,
+        "ssl.truststore.type": "PKCS12",
+        "ssl.truststore.location": folder / "truststore.p12",
+        "ssl.truststore.password": store_password,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        # ANONYMOUS is the principal of the plaintext controller listener only
+        # (loopback): the brokers' registrations and heartbeats need it.
+        "super.users": f"User:{ADMIN};User:ANONYMOUS",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+
+
+def read_secret(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def write_secret(path: Path, value: str) -> None:
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+
+
+def keytool(*args: str) -> None:
+    home = os.environ.get("JAVA_HOME")
+    tool = str(Path(home) / "bin" / "keytool") if home else shutil.which("keytool")
+    if not tool:
+        raise KafkaScriptError("keytool not found (install a JDK 17+ or set JAVA_HOME)")
+    done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    if done.returncode != 0:
+        raise KafkaScriptError(f"keytool {args[0]} failed:\n{done.stdout}{done.stderr}")
+
+
+def make_secrets(cluster: Cluster) -> None:
+    """A CA, the brokers' keystore it signs (SAN: localhost, 127.0.0.1 and --host),
+    a truststore, the CA as PEM for clients, and a random password per user."""
+    folder = cluster.secure_dir()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    folder.chmod(0o700)
+    password = secrets.token_hex(16)
+    write_secret(folder / "store.password", password)
+    for user in (ADMIN, *cluster.users):
+        write_secret(folder / f"{user}.password", secrets.token_hex(16))
+    store = ("-storetype", "PKCS12", "-storepass", password)
+    ca, broker = str(folder / "ca.p12"), str(folder / "broker.p12")
+    sans = {"dns:localhost", "ip:127.0.0.1"}
+    sans.add(f"ip:{cluster.host}" if re.fullmatch(r"[0-9.]+", cluster.host)
+             else f"dns:{cluster.host}")
+    san = "SAN=" + ",".join(sorted(sans))
+    days = ("-validity", str(CERT_DAYS))
+    keytool("-genkeypair", "-alias", "ca", "-keyalg", "EC", "-dname", "CN=kafka.py local CA",
+            "-ext", "bc:c", *days, "-keystore", ca, *store)
+    keytool("-exportcert", "-rfc", "-alias", "ca", "-file", str(folder / "ca.pem"),
+            "-keystore", ca, *store)
+    keytool("-genkeypair", "-alias", "broker", "-keyalg", "EC", "-dname", "CN=localhost",
+            "-ext", san, *days, "-keystore", broker, *store)
+    keytool("-certreq", "-alias", "broker", "-file", str(folder / "broker.csr"),
+            "-keystore", broker, *store)
+    keytool("-gencert", "-alias", "ca", "-infile", str(folder / "broker.csr"), "-rfc",
+            "-outfile", str(folder / "broker.pem"), "-ext", san, *days, "-keystore", ca, *store)
+    for keystore in (broker, str(folder / "truststore.p12")):
+        keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(folder / "ca.pem"),
+                "-keystore", keystore, *store)
+    keytool("-importcert", "-alias", "broker", "-file", str(folder / "broker.pem"),
+            "-keystore", broker, *store)
+    (folder / "client.env").write_text("".join(f"{k}={v}\n" for k, v in
+                                               client_settings(cluster, ADMIN).items()))
+
+
+def client_settings(cluster: Cluster, user: str) -> dict[str, str]:
+    """The KAFKA_* variables a client of the secured cluster sets, as `user`."""
+    folder = cluster.secure_dir()
+    return {
+        "KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap(),
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": SCRAM,
+        "KAFKA_SASL_USERNAME": user,
+        "KAFKA_SASL_PASSWORD_FILE": str(folder / f"{user}.password"),
+        "KAFKA_SSL_CAFILE": str(folder / "ca.pem"),
+    }
+
+
+def scram_arguments(cluster: Cluster) -> list[str]:
+    """StorageTool's --add-scram for every user (SCRAM credentials live in the metadata log)."""
+    args = []
+    for user in (ADMIN, *cluster.users):
+        password = read_secret(cluster.secure_dir() / f"{user}.password")
+        args += ["--add-scram", f"{SCRAM}=[name={user},password={password}]"]
+    return args
+
+
+class Wire:
+    """How kafka.py's own probes reach a broker: plaintext, or TLS plus SCRAM as admin."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.context: ssl.SSLContext | None = None
+        self.password: str | None = None
+        if cluster.secure:
+            folder = cluster.secure_dir()
+            self.context = ssl.create_default_context(cafile=str(folder / "ca.pem"))
+            self.password = read_secret(folder / f"{ADMIN}.password")
+
+    def open(self, host: str, port: int, timeout: float, *, authenticate: bool) -> socket.socket:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            if self.context is not None:
+                sock = self.context.wrap_socket(sock, server_hostname=host)
+            if authenticate and self.password is not None:
+                scram_login(sock, ADMIN, self.password)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def scram_login(sock: socket.socket, user: str, password: str) -> None:
+    """SaslHandshake v1 and SCRAM-SHA-512 (RFC 5802) through SaslAuthenticate v0.
+
+    By hand because the standard library has no Kafka client; kafka.py uses it
+    only to know when a secured broker is ready.
+    """
+    (error,) = struct.unpack_from(">h", exchange(sock, 17, 1, _string(SCRAM)))
+    if error:
+        raise ConnectionError(f"SaslHandshake {SCRAM}: error {error}")
+    nonce = secrets.token_urlsafe(18)
+    first_bare = f"n={user},r={nonce}"
+    server_first = _sasl_step(sock, ("n,," + first_bare).encode()).decode()
+    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    if not fields["r"].startswith(nonce):
+        raise ConnectionError("SCRAM: the server's nonce does not extend ours")
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(fields["s"]),
+                                 int(fields["i"]))
+    client_key = hmac.digest(salted, b"Client Key", "sha512")
+    final_bare = f"c=biws,r={fields['r']}"
+    message = f"{first_bare},{server_first},{final_bare}".encode()
+    signature = hmac.digest(hashlib.sha512(client_key).digest(), message, "sha512")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    _sasl_step(sock, f"{final_bare},p={base64.b64encode(proof).decode()}".encode())
+
+
+def _sasl_step(sock: socket.socket, data: bytes) -> bytes:
+    body = exchange(sock, 36, 0, struct.pack(">i", len(data)) + data)
+    error, message_len = struct.unpack_from(">hh", body)
+    offset = 4 + max(message_len, 0)
+    if error:
+        raise ConnectionError(f"SaslAuthenticate: error {error} "
+                              f"{body[4:offset].decode(errors='replace')}")
+    (size,) = struct.unpack_from(">i", body, offset)
+    return body[offset + 4 : offset + 4 + size]
 
 
 # --------------------------------------------------------------------------- java
@@ -232,6 +434,8 @@ def format_storage(cluster: Cluster) -> None:
         args = ["format", "-t", cluster.cluster_id, "-c", str(cluster.props_path(node))]
         if cluster.transaction_version is not None:
             args += ["--feature", f"transaction.version={cluster.transaction_version}"]
+        if cluster.secure:
+            args += scram_arguments(cluster)
         cmd = java_command("kafka.tools.StorageTool", *args)
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     failures = []
@@ -366,6 +570,25 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
+def exchange(sock: socket.socket, api_key: int, version: int, body: bytes, *,
+             flexible: bool = False) -> bytes:
+    """Send one request (header v1, or v2 when flexible) on `sock`; return the body.
+
+    The response header is v0 (correlation id only); ApiVersions always answers so.
+    """
+    correlation = next(_correlation)
+    header = struct.pack(">hhih", api_key, version, correlation, 8) + b"kafka.py"
+    if flexible:
+        header += b"\x00"  # no tagged fields
+    message = header + body
+    sock.sendall(struct.pack(">i", len(message)) + message)
+    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+    response = _recv_exact(sock, size)
+    if struct.unpack(">i", response[:4])[0] != correlation:
+        raise ConnectionError("correlation id mismatch")
+    return response[4:]
+
+
 def kafka_request(
     port: int,
     api_key: int,
@@ -375,39 +598,33 @@ def kafka_request(
     flexible: bool = False,
     timeout: float = 2.0,
     host: str = "127.0.0.1",
+    wire: Wire | None = None,
 ) -> bytes:
-    """Send one request (header v1, or v2 when flexible) to host:port; return the body.
-
-    The response header is v0 (correlation id only); ApiVersions always answers so.
-    """
-    correlation = next(_correlation)
-    header = struct.pack(">hhih", api_key, version, correlation, 8) + b"kafka.py"
-    if flexible:
-        header += b"\x00"  # no tagged fields
-    message = header + body
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(message)) + message)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        response = _recv_exact(sock, size)
-    if struct.unpack(">i", response[:4])[0] != correlation:
-        raise ConnectionError("correlation id mismatch")
-    return response[4:]
+    """One request on a new connection to host:port (through `wire` when secured;
+    ApiVersions, key 18, is answered before SASL, every other request after it)."""
+    if wire is None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    else:
+        sock = wire.open(host, port, timeout, authenticate=api_key != 18)
+    with sock:
+        return exchange(sock, api_key, version, body, flexible=flexible)
 
 
-def api_versions_ok(port: int, host: str = "127.0.0.1") -> bool:
+def api_versions_ok(port: int, host: str = "127.0.0.1", wire: Wire | None = None) -> bool:
     """ApiVersions v0 (supported by every broker, before any negotiation)."""
     try:
-        body = kafka_request(port, 18, 0, b"", host=host)
+        body = kafka_request(port, 18, 0, b"", host=host, wire=wire)
         error_code: int = struct.unpack_from(">h", body)[0]
     except (OSError, struct.error):
         return False
     return error_code == 0
 
 
-def metadata_brokers(port: int, host: str = "127.0.0.1") -> set[int] | None:
+def metadata_brokers(port: int, host: str = "127.0.0.1", wire: Wire | None = None
+                     ) -> set[int] | None:
     """Node ids of the unfenced brokers a node reports (Metadata v4, no topics)."""
     try:
-        body = kafka_request(port, 3, 4, struct.pack(">ib", -1, 0), host=host)
+        body = kafka_request(port, 3, 4, struct.pack(">ib", -1, 0), host=host, wire=wire)
         offset = 4  # throttle_time_ms
         (count,) = struct.unpack_from(">i", body, offset)
         offset += 4
@@ -425,7 +642,7 @@ def metadata_brokers(port: int, host: str = "127.0.0.1") -> set[int] | None:
 
 def node_ready(cluster: Cluster, node: int, expect: set[int]) -> bool:
     """The node answers Metadata and lists every node in `expect` as a broker."""
-    brokers = metadata_brokers(cluster.broker_port(node), cluster.host)
+    brokers = metadata_brokers(cluster.broker_port(node), cluster.host, Wire(cluster))
     return brokers is not None and expect <= brokers
 
 
@@ -449,10 +666,12 @@ def _skip_tags(data: bytes, offset: int) -> int:
     return offset
 
 
-def finalized_features(port: int, host: str = "127.0.0.1") -> dict[str, int]:
+def finalized_features(port: int, host: str = "127.0.0.1", wire: Wire | None = None
+                       ) -> dict[str, int]:
     """Finalized feature levels (max) from ApiVersions v3's tagged field 2."""
     software = b"\x09kafka.py\x02" + b"0"  # compact strings: name, version
-    body = kafka_request(port, 18, 3, software + b"\x00", flexible=True, host=host)
+    body = kafka_request(port, 18, 3, software + b"\x00", flexible=True, host=host,
+                         wire=wire)
     offset = 2  # error_code
     count, offset = _uvarint(body, offset)
     for _ in range(count - 1):
@@ -530,7 +749,11 @@ def prepare(args: argparse.Namespace) -> Cluster:
         transaction_version=args.transaction_version,
         controller_port_base=controller_port,
         host=args.host,
+        secure=args.secure,
+        users=tuple(args.user),
     )
+    if args.user and not args.secure:
+        raise KafkaScriptError("--user needs --secure (a plaintext cluster has no users)")
     existing = load_cluster(directory)
     if existing is not None:
         have = {key: getattr(existing, key) for key in wanted}
@@ -551,7 +774,11 @@ def prepare(args: argparse.Namespace) -> Cluster:
         args.transaction_version,
         controller_port,
         args.host,
+        args.secure,
+        tuple(args.user),
     )
+    if cluster.secure:
+        make_secrets(cluster)
     format_storage(cluster)
     save_cluster(cluster)
     return cluster
@@ -584,6 +811,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"logs in {cluster.dir}/node-*/server.log",
             file=sys.stderr,
         )
+    if cluster.secure:
+        print((cluster.secure_dir() / "client.env").read_text(), end="")
     print(cluster.bootstrap())
     return 0
 
@@ -618,7 +847,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     all_up = True
     for node in cluster.node_ids():
         pid = running_pid(cluster, node)
-        answering = pid is not None and api_versions_ok(cluster.broker_port(node), cluster.host)
+        answering = pid is not None and api_versions_ok(cluster.broker_port(node), cluster.host,
+                                                         Wire(cluster))
         all_up = all_up and answering
         print(
             f"node {node}: pid {pid or '-'} {'alive' if pid else 'dead'} "
@@ -651,7 +881,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     node = next((n for n in cluster.node_ids() if running_pid(cluster, n)), None)
     if node is None:
         raise KafkaScriptError(f"no node of {cluster.dir} is running")
-    features = finalized_features(cluster.broker_port(node), cluster.host)
+    features = finalized_features(cluster.broker_port(node), cluster.host, Wire(cluster))
     for name, level in sorted(features.items()):
         print(f"{name}={level}")
     return 0
@@ -707,6 +937,10 @@ def parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--transaction-version", type=int, default=None)
     up.add_argument("--heap", default="512m")
+    up.add_argument("--secure", action="store_true",
+                    help="SASL_SSL (SCRAM-SHA-512), TLS from keytool, StandardAuthorizer")
+    up.add_argument("--user", action="append", default=[], metavar="NAME",
+                    help="one more SCRAM user (repeatable; with --secure)")
     command("down", cmd_down, timeout=30)
     command("status", cmd_status)
     command("features", cmd_features)

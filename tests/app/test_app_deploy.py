@@ -171,12 +171,31 @@ def test_every_pod_runs_as_the_image_user_without_privileges(pod):
         resources = container["resources"]
         for kind in ("requests", "limits"):
             assert {"cpu", "memory"} <= resources[kind].keys(), (container["name"], kind)
-        # Writable paths are emptyDirs of the pod, with a size limit.
+        # Writable paths are emptyDirs of the pod, with a size limit; the rest
+        # (the Kafka client's files) are read-only Secrets.
         volumes = {v["name"]: v for v in spec["volumes"]}
-        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert "/tmp" in mounts
-        for name in mounts.values():
-            assert volumes[name]["emptyDir"]["sizeLimit"]
+        for mount in mounts.values():
+            if mount.get("readOnly"):
+                assert volumes[mount["name"]]["secret"]["secretName"]
+            else:
+                assert volumes[mount["name"]]["emptyDir"]["sizeLimit"]
+
+
+@pytest.mark.parametrize("kind_name", [("StatefulSet", "krabka-worker"), ("Job", "krabka-topics")])
+def test_each_pod_takes_a_secured_cluster_s_settings_from_an_optional_secret(kind_name):
+    # Absent, the pod runs plaintext; present, its variables and the files
+    # they name (password, CA) reach the process: one Secret per principal.
+    spec = k8s_objects()[kind_name]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (secret_env,) = [e["secretRef"] for e in container["envFrom"] if "secretRef" in e]
+    assert secret_env["optional"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (files,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/kafka-client"]
+    secret = volumes[files["name"]]["secret"]
+    assert secret["secretName"] == secret_env["name"] + "-files"
+    assert secret["optional"] is True
 
 
 def test_the_worker_tables_live_in_an_empty_dir_not_a_claimed_volume():
@@ -366,3 +385,13 @@ def test_the_dockerfile_installs_the_library_with_the_worker_extra_and_runs_a_wo
     assert "PATH=/opt/venv/bin:$PATH " in env
     (command,) = [a for i, a in instructions if i == "CMD"]
     assert command.startswith('["faust", "-A", "app.main", "worker"')
+
+
+def test_compose_takes_a_secured_cluster_s_settings_from_optional_env_files():
+    services = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())["services"]
+    env_files = {name: service.get("env_file") for name, service in services.items()
+                 if name != "kafka"}
+    for name, files in env_files.items():
+        (entry,) = files
+        assert entry["required"] is False, name
+        assert entry["path"] == ("kafka-topics.env" if name == "topics" else "kafka-client.env")

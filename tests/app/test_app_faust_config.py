@@ -13,14 +13,17 @@ from pathlib import Path
 
 import faust
 import pytest
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from app.check import report
 from app.factory import create_app
 from app.faust_config import FaustConflictError, conflicts, faust_options
 from app.settings import VARIABLES, Settings, mask
+from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
+from coordination.kafka.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = Settings(bootstrap_servers="k1:9092", web_port=7001, web_host="w1")
+SETTINGS = Settings(connection=Connection("k1:9092"), web_port=7001, web_host="w1")
 
 
 def conflict_texts(env):
@@ -70,10 +73,11 @@ def test_every_option_the_worker_sets_is_a_faust_setting():
 
 
 def test_every_setting_has_its_variable_and_docs_list_it():
-    names = {item.name for item in fields(Settings)}
+    names = {item.name for item in fields(Settings)} - {"connection"}
     assert set(VARIABLES) == names
     docs = (ROOT / "docs" / "app.md").read_text()
-    assert [v for v in VARIABLES.values() if f"`{v}`" not in docs] == []
+    every = [*VARIABLES.values(), *CONNECTION_VARIABLES.values()]
+    assert [v for v in every if f"`{v}`" not in docs] == []
 
 
 def test_secrets_and_url_passwords_are_masked():
@@ -134,3 +138,50 @@ def test_text_logs_leave_faust_s_logging_alone_and_other_formats_are_refused():
     assert "logging_config" not in faust_options(Settings.from_env({}))
     with pytest.raises(ValueError, match="COORDINATION_LOG_FORMAT='xml' is not one of text"):
         Settings.from_env({"COORDINATION_LOG_FORMAT": "xml"})
+
+
+def _secured(**extra):
+    # No KAFKA_SSL_CAFILE: the system's CAs.
+    return {"KAFKA_BOOTSTRAP_SERVERS": "k1:9093", **extra}
+
+
+def test_faust_gets_the_connection_s_sasl_ssl_settings_as_broker_credentials(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("hunter2\n")
+    settings = Settings.from_env(_secured(
+        KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
+        KAFKA_SASL_USERNAME="worker", KAFKA_SASL_PASSWORD_FILE=str(secret)))
+    credentials = faust_options(settings)["broker_credentials"]
+    assert isinstance(credentials, faust.SASLCredentials)
+    # What Faust hands aiokafka: the options the coordination transport gets too.
+    auth = credentials_to_aiokafka_auth(credentials)
+    theirs = {k: v for k, v in auth.items() if k != "ssl_context"}
+    ours = settings.connection.client_options()
+    assert theirs == {k: v for k, v in ours.items() if k != "ssl_context"}
+    assert theirs["security_protocol"] == "SASL_SSL"
+    assert theirs["sasl_plain_password"] == "hunter2"
+    assert auth["ssl_context"].verify_mode == ours["ssl_context"].verify_mode
+
+
+def test_tls_without_sasl_is_faust_s_ssl_credentials_and_plaintext_none(tmp_path):
+    tls = Settings.from_env(_secured(KAFKA_SECURITY_PROTOCOL="SSL"))
+    auth = credentials_to_aiokafka_auth(faust_options(tls)["broker_credentials"])
+    assert auth["security_protocol"] == "SSL"
+    assert "broker_credentials" not in faust_options(Settings.from_env({}))
+
+
+def test_the_check_prints_the_connection_with_the_password_masked(tmp_path):
+    text, status = report(_secured(
+        KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SASL_MECHANISM="PLAIN",
+        KAFKA_SASL_USERNAME="worker", KAFKA_SASL_PASSWORD="hunter2"))
+    assert status == 0, text
+    assert "KAFKA_SASL_USERNAME = worker  (environment)" in text
+    assert "KAFKA_SASL_PASSWORD = ********  (environment)" in text
+    assert "broker_credentials = ********" in text
+    assert "hunter2" not in text
+
+
+def test_the_check_exits_2_naming_a_connection_setting_that_cannot_work():
+    text, status = report({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL"})
+    assert status == 2
+    assert "KAFKA_SASL_MECHANISM" in text

@@ -116,19 +116,24 @@ class AppGroup:
         })
         return env
 
-    def create_topics(self, segment_ms: int = 3_600_000) -> None:
-        """The state (long segments: no compaction mid-test), events and demo topics."""
-        subprocess.run(
+    def create_topics(self, segment_ms: int = 3_600_000, *, env: dict[str, str] | None = None,
+                      check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The state (long segments: no compaction mid-test), events and demo topics
+        (`env`: more variables for deploy/topics.py, such as KAFKA_SASL_USERNAME)."""
+        return subprocess.run(
             [sys.executable, str(ROOT / "deploy" / "topics.py"), "--bootstrap-servers",
              self.bootstrap, "--partitions", str(self.partitions), "--segment-ms",
              str(segment_ms), "--demo", "--state-topic", self.state_topic,
              "--events-topic", self.events_topic, "--demo-topic", self.demo_topic],
-            check=True, capture_output=True, timeout=60,
+            check=check, capture_output=True, text=True, timeout=60,
+            env={**os.environ, **(env or {})},
         )
 
-    def start(self, port: int | None = None, *, app_module: str = "app.main") -> AppWorker:
-        """A worker of ``faust -A APP_MODULE`` (by default the service's own app)."""
-        worker = AppWorker(self, port or free_port(), app_module)
+    def start(self, port: int | None = None, *, app_module: str = "app.main",
+              env: dict[str, str] | None = None) -> AppWorker:
+        """A worker of ``faust -A APP_MODULE`` (by default the service's own app);
+        `env` overrides the group's variables for this worker."""
+        worker = AppWorker(self, port or free_port(), app_module, env)
         self.workers.append(worker)
         return worker
 
@@ -175,7 +180,8 @@ async def read_committed(bootstrap: str, topic: str, count: int, seconds: float)
 class AppWorker:
     """One ``faust -A app.main worker`` process, its log and its web port."""
 
-    def __init__(self, group: AppGroup, port: int, app_module: str = "app.main") -> None:
+    def __init__(self, group: AppGroup, port: int, app_module: str = "app.main",
+                 env: dict[str, str] | None = None) -> None:
         self.group = group
         self.port = port
         self.app_module = app_module
@@ -184,7 +190,7 @@ class AppWorker:
         self.log = group.folder / f"worker-{port}.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "faust", "-A", app_module, "worker", "-l", "info"],
-            env=group.env(port), cwd=ROOT, stdin=subprocess.DEVNULL,
+            env=group.env(port, **(env or {})), cwd=ROOT, stdin=subprocess.DEVNULL,
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.pid = self.process.pid

@@ -23,8 +23,9 @@ from app.install import (
 )
 from app.settings import Settings
 from coordination import MemoryBroker, MemoryTransport
+from coordination.kafka import Connection
 
-SETTINGS = Settings(bootstrap_servers="k1:9092", app_id="user-app", partitions=4,
+SETTINGS = Settings(connection=Connection("k1:9092"), app_id="user-app", partitions=4,
                     state_topic="user-state", events_topic="user-events", member_id="m")
 GOOD = {"broker": "kafka://k1:9092", "processing_guarantee": "exactly_once",
         "store": "memory://"}

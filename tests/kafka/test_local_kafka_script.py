@@ -120,3 +120,35 @@ def test_readiness_is_a_kafka_request_not_a_port_check(
 ) -> None:
     assert not kafka_py.api_versions_ok(silent_listener)
     assert kafka_py.metadata_brokers(silent_listener) is None
+
+
+def test_a_secure_cluster_has_only_a_sasl_ssl_listener_and_the_authorizer(
+    kafka_py: ModuleType, tmp_path: Path
+) -> None:
+    cluster = kafka_py.Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192,
+                               secure=True, users=("worker",))
+    folder = cluster.secure_dir()
+    folder.mkdir()
+    for name in ("store", "admin", "worker"):
+        (folder / f"{name}.password").write_text(f"{name}-secret\n")
+    text = kafka_py.server_properties(cluster, 1)
+    props = dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:19092,CONTROLLER://127.0.0.1:19192"
+    assert props["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["authorizer.class.name"].endswith("StandardAuthorizer")
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    jaas = props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
+    assert 'username="admin" password="admin-secret"' in jaas
+    assert kafka_py.scram_arguments(cluster) == [
+        "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]",
+        "--add-scram", "SCRAM-SHA-512=[name=worker,password=worker-secret]"]
+    assert kafka_py.client_settings(cluster, "worker")["KAFKA_SASL_PASSWORD_FILE"] == str(
+        folder / "worker.password")
+
+
+def test_users_need_a_secure_cluster(tmp_path: Path) -> None:
+    done = run("up", "--dir", str(tmp_path), "--user", "worker")
+    assert done.returncode == 1
+    assert "--user needs --secure" in done.stderr
+    assert not (tmp_path / "cluster.json").exists()

@@ -1,0 +1,39 @@
+"""The worker's ACLs and its start-up check, without a broker (the authorizer's
+answers are tested in tests/app/test_app_secure.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import SimpleNamespace
+
+from app.access import check, worker_acls
+from app.settings import Settings
+from coordination.kafka.access import Acl
+
+
+def test_a_worker_needs_its_member_acls_and_faust_s_group_topics_and_transactions():
+    settings = Settings.from_env({"COORDINATION_APP_ID": "app",
+                                  "COORDINATION_EVENTS_TOPIC": "events"})
+    acls = worker_acls(settings, ["demo"], ["out"])
+    assert Acl("TransactionalId", "demo", "Write") in acls
+    assert Acl("Topic", "out", "Write") in acls
+    assert Acl("Group", "app", "Read") in acls
+    assert Acl("Topic", "events", "Read") in acls
+    assert {acl for acl in acls if acl.prefixed} == {
+        Acl("Topic", "app-", "Create", prefixed=True),
+        Acl("Topic", "app-", "Read", prefixed=True),
+        Acl("Topic", "app-", "Write", prefixed=True),
+        Acl("TransactionalId", "app-", "Write", prefixed=True)}
+    assert len(set(acls)) == len(acls)
+
+
+def test_an_unreachable_cluster_leaves_the_acls_unchecked_and_says_so(caplog):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
+    with caplog.at_level(logging.WARNING, logger="app.access"):
+        asyncio.run(check(SimpleNamespace(settings=settings, roles={})))
+    assert "the ACLs could not be checked at start-up" in caplog.text
