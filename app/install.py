@@ -35,6 +35,7 @@ from app.readiness import ClusterWatch, ReadinessBounds
 from app.routing import FaustRouter
 from app.settings import Settings
 from coordination import Clock, RoleFunction, SystemClock
+from coordination.kafka.connection import Connection
 from tables import faust_tables
 
 log = logging.getLogger(__name__)
@@ -194,10 +195,37 @@ def _check(app: faust.App, settings: Settings) -> None:
         for option in [*required, *DERIVED]
         if getattr(app.conf, option) != getattr(expected, option)
     ]
+    credentials = _credentials_mismatch(app.conf.broker_credentials, settings.connection)
+    if credentials:
+        wrong.append(f"- broker_credentials {credentials}; pass broker_credentials="
+                     "app.faust_config.broker_credentials(settings.connection)")
     if wrong:
         raise AppSettingError(
             f"app {app.conf.id!r} contradicts what the coordination needs "
             "(docs/app.md#using-the-coordination-in-your-own-faust-app):\n" + "\n".join(wrong))
+
+
+def _credentials_mismatch(credentials: Any, connection: Connection) -> str | None:
+    """How the app's ``broker_credentials`` would reach the cluster otherwise
+    than the coordination's transport, or None if they agree.
+
+    The TLS contexts and passwords themselves cannot be compared; the
+    protocol, the SASL mechanism and the user can, and they are what a
+    copy-and-paste mistake gets wrong.
+    """
+    protocol = connection.security_protocol
+    if credentials is None:
+        return None if protocol == "PLAINTEXT" else f"are unset, but the connection is {protocol}"
+    if isinstance(credentials, faust.SASLCredentials):
+        theirs = (credentials.protocol.value, credentials.mechanism.value, credentials.username)
+        ours = (protocol, connection.sasl_mechanism, connection.sasl_username)
+        if theirs != ours:
+            return (f"are {'/'.join(map(str, theirs))}, but the connection is "
+                    f"{'/'.join(map(str, ours))}")
+        return None
+    if isinstance(credentials, faust.SSLCredentials):
+        return None if protocol == "SSL" else f"are SSL, but the connection is {protocol}"
+    return f"are a {type(credentials).__name__}, which the coordination cannot compare"
 
 
 def _check_free(app: faust.App) -> None:

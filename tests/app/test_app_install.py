@@ -4,6 +4,9 @@ per installation."""
 
 from __future__ import annotations
 
+import re
+import ssl
+
 import faust
 import pytest
 from faust.sensors import Monitor
@@ -11,6 +14,7 @@ from faust.sensors.prometheus import PrometheusMonitor
 
 from app import faust_patches
 from app.faust_app import WebDisabledError
+from app.faust_config import broker_credentials
 from app.install import (
     AlreadyInstalledError,
     AppSettingError,
@@ -194,3 +198,37 @@ def test_faust_s_figures_are_exported_unless_the_app_brought_its_own_monitor():
     own = user_app(monitor=OwnMonitor())
     memory_install(own)
     assert type(own.monitor) is OwnMonitor
+
+
+SECURED = Settings(connection=Connection("k1:9093", security_protocol="SASL_SSL",
+                                         sasl_mechanism="SCRAM-SHA-512", sasl_username="worker",
+                                         sasl_password="secret"),
+                   app_id="user-app", partitions=4, member_id="m")
+
+
+def test_an_app_that_reaches_a_secured_cluster_as_the_settings_say_is_installed():
+    app = user_app(broker="kafka://k1:9093",
+                   broker_credentials=broker_credentials(SECURED.connection))
+    memory_install(app, SECURED)
+
+
+@pytest.mark.parametrize(("credentials", "named"), [
+    (None, "broker_credentials are unset, but the connection is SASL_SSL"),
+    (faust.SASLCredentials(username="other", password="x", mechanism="SCRAM-SHA-512",
+                           ssl_context=ssl.create_default_context()),
+     "broker_credentials are SASL_SSL/SCRAM-SHA-512/other, but the connection is "
+     "SASL_SSL/SCRAM-SHA-512/worker"),
+    (faust.SSLCredentials(ssl.create_default_context()),
+     "broker_credentials are SSL, but the connection is SASL_SSL"),
+])
+def test_an_app_that_would_reach_the_cluster_otherwise_than_the_settings_is_refused(
+        credentials, named):
+    app = user_app(broker="kafka://k1:9093", broker_credentials=credentials)
+    with pytest.raises(AppSettingError, match=re.escape(named)):
+        memory_install(app, SECURED)
+
+
+def test_credentials_on_an_app_whose_settings_are_plaintext_are_refused():
+    app = user_app(broker_credentials=faust.SSLCredentials(ssl.create_default_context()))
+    with pytest.raises(AppSettingError, match="are SSL, but the connection is PLAINTEXT"):
+        memory_install(app)
