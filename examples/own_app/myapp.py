@@ -20,6 +20,7 @@ import logging
 import os
 from typing import Any
 
+from app.faust_config import broker_credentials
 from app.install import CoordinationApp, install
 from app.settings import Settings
 from coordination import Leadership
@@ -30,13 +31,19 @@ ORDERS_TOPIC = os.environ.get("OWN_APP_ORDERS_TOPIC", "own-app-orders")
 REPORT_INTERVAL = float(os.environ.get("OWN_APP_REPORT_INTERVAL", "5"))
 
 # The coordination's settings: the cluster, the state topic, the leases
-# (KAFKA_BOOTSTRAP_SERVERS, COORDINATION_*; docs/app.md#settings).
+# (KAFKA_BOOTSTRAP_SERVERS and the other KAFKA_* connection variables,
+# COORDINATION_*; docs/app.md#settings).
 settings = Settings.from_env()
+# Given only on a secured cluster: Faust is left as it is on a plaintext one.
+secured = broker_credentials(settings.connection)
+credentials = {} if secured is None else {"broker_credentials": secured}
 
 app = CoordinationApp(
     # What install() requires: the settings' app id and cluster, exactly_once.
     settings.app_id,
     broker=f"kafka://{settings.bootstrap_servers}",
+    # TLS and SASL as the settings' connection says (KAFKA_SECURITY_PROTOCOL, ...).
+    **credentials,
     processing_guarantee="exactly_once",
     # The rest is the app's own choice; this one serves its web pages where
     # the coordination's settings say (one port per local worker).
