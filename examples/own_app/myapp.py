@@ -34,16 +34,13 @@ REPORT_INTERVAL = float(os.environ.get("OWN_APP_REPORT_INTERVAL", "5"))
 # (KAFKA_BOOTSTRAP_SERVERS and the other KAFKA_* connection variables,
 # COORDINATION_*; docs/app.md#settings).
 settings = Settings.from_env()
-# Given only on a secured cluster: Faust is left as it is on a plaintext one.
-secured = broker_credentials(settings.connection)
-credentials = {} if secured is None else {"broker_credentials": secured}
 
 app = CoordinationApp(
     # What install() requires: the settings' app id and cluster, exactly_once.
     settings.app_id,
     broker=f"kafka://{settings.bootstrap_servers}",
-    # TLS and SASL as the settings' connection says (KAFKA_SECURITY_PROTOCOL, ...).
-    **credentials,
+    # TLS and SASL as the settings' connection says (none on a plaintext cluster).
+    broker_credentials=broker_credentials(settings.connection),
     processing_guarantee="exactly_once",
     # The rest is the app's own choice; this one serves its web pages where
     # the coordination's settings say (one port per local worker).
@@ -54,9 +51,10 @@ app = CoordinationApp(
     topic_partitions=4,
 )
 
-# Key: the customer (UTF-8); value: the amount (JSON). Internal: the app owns
-# the topic, so Faust creates it (with topic_partitions) at the first start.
-orders = app.topic(ORDERS_TOPIC, key_type=str, value_serializer="json", internal=True)
+# Key: the customer (UTF-8); value: the amount (JSON). An input topic, created
+# before the app starts (README.md): Faust subscribes to the topics that exist
+# when its consumer starts, and one it creates itself may come too late.
+orders = app.topic(ORDERS_TOPIC, key_type=str, value_serializer="json")
 totals = app.Table("order-totals", key_type=str, value_type=int, default=int)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 
@@ -36,6 +37,15 @@ def _totals(worker: AppWorker) -> dict[str, int] | None:
     return body if status == 200 and body else None
 
 
+async def _create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 4, 1)])
+    finally:
+        await admin.close()
+
+
 async def _send_order(bootstrap: str, topic: str, customer: str, amount: int) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
@@ -51,12 +61,11 @@ def test_the_example_app_elects_its_role_runs_its_agent_and_stops_cleanly(
     group = AppGroup(kafka_bootstrap, tmp_path,
                      extra_env={"OWN_APP_ORDERS_TOPIC": orders, "COORDINATION_DEMO": "0"})
     group.create_topics()
+    asyncio.run(_create_topic(kafka_bootstrap, orders))  # an input topic, as the README says
     worker = group.start(app_module=APP_MODULE)
     try:
         held = poll(lambda: _held_by(worker), START, f"{ROLE} held by the example's worker")
         assert held["token"] is not None
-        # The worker has created its orders topic by now: it stands for its
-        # roles only once it has a partition assignment.
         asyncio.run(_send_order(kafka_bootstrap, orders, "alice", 3))
         assert poll(lambda: _totals(worker), START, "the order counted") == {"alice": 3}
         poll(lambda: worker.get("/ready")[0] == 200, START, "the example's worker ready")
