@@ -94,6 +94,7 @@ from coordination.runner import (
 from coordination.state import Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus
 from coordination.tenure import Leadership, TenureState
+from coordination.term_filter import TermFilter
 from coordination.term_records import (
     TERM_HEADER,
     Barrier,
@@ -190,6 +191,7 @@ __all__ = [
     "SystemClock",
     "TenureState",
     "TenureStop",
+    "TermFilter",
     "TermKey",
     "TermKind",
     "TermStamp",
