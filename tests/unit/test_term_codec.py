@@ -12,6 +12,7 @@ from coordination import (
     Claim,
     FormatError,
     Heartbeat,
+    TermKey,
     TermKind,
     TermStamp,
     barrier_key,
@@ -107,3 +108,29 @@ def test_a_term_outside_64_bits_is_refused_with_value_error(term):
 def test_a_role_over_32767_utf8_bytes_is_refused_with_value_error():
     with pytest.raises(ValueError, match="32767"):
         encode_term_header(TermStamp("x" * 32768, 1))
+
+
+@given(NAME, NAME, NAME, TERM, TERM)
+def test_a_claim_key_is_unique_to_role_term_and_claimant(role, one, other, term, later):
+    # So compaction, which keeps the latest record per key, never removes a claim.
+    keys = {
+        encode_term_key(claim_key(role, one, term)),
+        encode_term_key(claim_key(role, other, term)),
+        encode_term_key(claim_key(role, one, later)),
+    }
+    assert len(keys) == len({(one, term), (other, term), (one, later)})
+
+
+@given(NAME, NAME, TERM)
+def test_a_barrier_key_is_unique_to_role_term_and_leader_and_never_a_claim_key(role, leader, term):
+    assert encode_term_key(barrier_key(role, leader, term)) != encode_term_key(
+        claim_key(role, leader, term))
+    assert encode_term_key(barrier_key(role, leader, term)) != encode_term_key(
+        barrier_key(role, leader, term + 1 if term < 2**63 - 1 else term - 1))
+
+
+def test_a_heartbeat_key_names_the_role_only_so_compaction_keeps_its_latest():
+    # The leader and its term are in the value; the key is the same for every heartbeat.
+    assert decode_term_key(encode_term_key(heartbeat_key("r"))) == TermKey(
+        "r", "", 0, TermKind.HEARTBEAT)
+    assert encode_term_key(heartbeat_key("r")) != encode_term_key(heartbeat_key("s"))
