@@ -43,6 +43,7 @@ __all__ = [
 
 FORMAT_VERSION = 0
 
+
 class Kind(IntEnum):
     """What a key of the state topic describes."""
 

@@ -13,6 +13,10 @@ from coordination.term_records import barrier_key
 from tests.support.term_logs import TermLog, compacted
 
 
+def claim_key_bytes(role, member, term):
+    return encode_term_key(claim_key(role, member, term))
+
+
 def view_of(log: TermLog, role: str = "r"):
     return build_term_view(role, log.records)
 
@@ -148,22 +152,18 @@ def test_a_new_term_after_a_resign_is_not_resigned():
 def test_a_claim_whose_value_disagrees_with_its_key_is_skipped():
     log = TermLog()
     good = log.claim("r", "a", 1)
-    log.add(encode_term_key_for("r", "b", 2), good.value)
+    log.add(claim_key_bytes("r", "b", 2), good.value)
     view = view_of(log)
     assert view.term == 1
     assert [offset for offset, _ in view.errors] == [1]
 
 
-def encode_term_key_for(role, member, term):
-    return encode_term_key(claim_key(role, member, term))
-
-
 def test_undecodable_keys_tombstones_and_barrier_keys_are_skipped_and_listed():
     log = TermLog()
     log.add(b"\x00", b"x")
-    log.add(encode_term_key_for("r", "a", 1), None)
+    log.add(claim_key_bytes("r", "a", 1), None)
     log.add(encode_term_key(barrier_key("r", "a", 1)), b"x")
-    log.add(encode_term_key_for("r", "a", 1), b"\x00")
+    log.add(claim_key_bytes("r", "a", 1), b"\x00")
     view = view_of(log)
     assert view.term == 0
     assert [offset for offset, _ in view.errors] == [0, 1, 2, 3]
