@@ -45,7 +45,7 @@ from coordination.changes import (
     StillVacant,
 )
 from coordination.clock import Clock, ManualClock, SystemClock
-from coordination.defaults import STATE_TOPIC
+from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.describe import describe_leadership, describe_role_state, describe_roles
 from coordination.errors import (
     ConfigurationError,
@@ -94,6 +94,29 @@ from coordination.runner import (
 from coordination.state import Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus
 from coordination.tenure import Leadership, TenureState
+from coordination.term_filter import TermFilter
+from coordination.term_records import (
+    TERM_HEADER,
+    Barrier,
+    Claim,
+    Heartbeat,
+    TermKey,
+    TermKind,
+    TermStamp,
+    barrier_key,
+    claim_key,
+    decode_barrier,
+    decode_claim,
+    decode_heartbeat,
+    decode_term_header,
+    decode_term_key,
+    encode_barrier,
+    encode_claim,
+    encode_heartbeat,
+    encode_term_header,
+    encode_term_key,
+    heartbeat_key,
+)
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.transport import (
     Coordinator,
@@ -111,7 +134,11 @@ from coordination.transport import (
 __all__ = [
     "NO_EPOCH",
     "STATE_TOPIC",
+    "TERMS_TOPIC",
+    "TERM_HEADER",
+    "Barrier",
     "Change",
+    "Claim",
     "Clock",
     "ConfigurationError",
     "CoordinationError",
@@ -123,6 +150,7 @@ __all__ = [
     "FormatError",
     "GuardedTransaction",
     "GuardedWriter",
+    "Heartbeat",
     "InvalidStateError",
     "Joined",
     "KafkaTransport",
@@ -163,22 +191,39 @@ __all__ = [
     "SystemClock",
     "TenureState",
     "TenureStop",
+    "TermFilter",
+    "TermKey",
+    "TermKind",
+    "TermStamp",
     "TopicCheck",
     "TopicFacts",
     "Transport",
     "TransportError",
     "acquire_leadership",
+    "barrier_key",
     "build_role_state",
+    "claim_key",
+    "decode_barrier",
+    "decode_claim",
+    "decode_heartbeat",
     "decode_key",
     "decode_lease",
     "decode_registration",
+    "decode_term_header",
+    "decode_term_key",
     "describe_leadership",
     "describe_role_state",
     "describe_roles",
+    "encode_barrier",
+    "encode_claim",
+    "encode_heartbeat",
     "encode_key",
     "encode_lease",
     "encode_registration",
+    "encode_term_header",
+    "encode_term_key",
     "evaluate",
+    "heartbeat_key",
     "lease_key",
     "murmur2",
     "registration_key",

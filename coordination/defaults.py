@@ -17,10 +17,15 @@ __all__ = [
     "PARTITIONS",
     "RENEW_INTERVAL",
     "STATE_TOPIC",
+    "TERMS_TOPIC",
 ]
 
 STATE_TOPIC: Final = "__coordination_state"
 """The compacted topic that holds every role's registrations and leases."""
+
+TERMS_TOPIC: Final = "__coordination_terms"
+"""The compacted topic that holds term mode's claims and heartbeats; it has the
+state topic's partition count and partition rule."""
 
 PARTITIONS: Final = 16
 """The state topic's partition count."""

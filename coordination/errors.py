@@ -30,7 +30,19 @@ __all__ = [
     "retryable",
 ]
 
-RECORD_PARTS = ("key", "registration value", "lease value")
+RECORD_PARTS = (
+    # The frozen state-topic format (coordination.records).
+    "key",
+    "registration value",
+    "lease value",
+    # The term format (coordination.term_records) and the filter's saved marks.
+    "term key",
+    "claim value",
+    "heartbeat value",
+    "barrier value",
+    "term header",
+    "term marks",
+)
 
 
 class CoordinationError(Exception):
@@ -58,11 +70,14 @@ def retryable(exc: BaseException) -> bool:
 
 
 class FormatError(CoordinationError, ValueError):
-    """Bytes of the state topic that do not decode under the frozen format.
+    """Bytes that do not decode under this library's record formats.
 
-    `part` names the record part that failed, exactly one of ``"key"``,
-    ``"registration value"`` or ``"lease value"``, so a reader can report the
-    record and skip it.
+    `part` names the record part that failed, so a reader can report the
+    record and skip it: for the state topic exactly one of ``"key"``,
+    ``"registration value"`` or ``"lease value"``; for the term format one of
+    ``"term key"``, ``"claim value"``, ``"heartbeat value"``,
+    ``"barrier value"``, ``"term header"`` or ``"term marks"`` (a
+    `TermFilter`'s saved state).
     """
 
     def __init__(self, part: str, reason: str) -> None:

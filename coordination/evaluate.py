@@ -12,13 +12,14 @@ safety.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from coordination.state import RoleState
 from coordination.token import NO_EPOCH, FencingToken
 
-__all__ = ["Action", "Step", "evaluate", "slot_of", "stagger_ms"]
+__all__ = ["Action", "Step", "challenge_order", "evaluate", "slot_of", "stagger_ms"]
 
 Action = Literal["register", "lead", "wait", "challenge"]
 
@@ -57,17 +58,27 @@ def effective_deadline(state: RoleState) -> int | None:
     return None
 
 
+def challenge_order(roster: Sequence[str], holder: str | None, member: str) -> int:
+    """`member`'s place among the challengers: roster order without `holder`.
+
+    The holder, and a member not in the roster, get ``len(challengers)`` and
+    so come last. The one home of this rule for both fencing modes: term mode
+    (`coordination.term_election`) passes the holder of the highest term.
+    """
+    challengers = [name for name in roster if name != holder]
+    try:
+        return challengers.index(member)
+    except ValueError:
+        return len(challengers)
+
+
 def challenger_index(state: RoleState, member: str) -> int:
     """`member`'s place in the challenge order: roster order, the holder last.
 
     In a vacancy the member whose lease was cleared counts as the holder.
     """
     holder = state.holder if state.lease is not None else state.cleared_member
-    challengers = [name for name in state.roster if name != holder]
-    try:
-        return challengers.index(member)
-    except ValueError:
-        return len(challengers)
+    return challenge_order(state.roster, holder, member)
 
 
 def slot_of(state: RoleState, member: str, challenge_stagger: float) -> int | None:

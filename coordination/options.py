@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from coordination import defaults
 from coordination.evaluate import stagger_ms
-from coordination.records import MAX_STRING_BYTES
+from coordination.wire import MAX_STRING_BYTES
 
 __all__ = ["LeadershipOptions", "check_name", "resolve_options"]
 

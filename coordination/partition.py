@@ -2,7 +2,9 @@
 
 Every record of a role (registrations and leases, whose keys differ) must land
 in one partition so the role's records carry one total order. Both producers
-therefore pin the partition computed here; no partitioner runs.
+therefore pin the partition computed here; no partitioner runs. Term mode's
+``__coordination_terms`` has the same partition count and uses the same rule,
+so a role's claims and heartbeats also share one partition.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def to_positive(n: int) -> int:
 
 
 def role_partition(role: str, partitions: int) -> int:
-    """The partition of `__coordination_state` that holds every record of `role`."""
+    """The partition that holds every record of `role`, on the state and the terms topic."""
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     return to_positive(murmur2(role.encode("utf-8"))) % partitions
