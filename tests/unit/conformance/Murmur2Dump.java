@@ -1,4 +1,4 @@
-// Prints Kafka's own key hashing for byte strings, for tests/test_partition_conformance.py.
+// Prints Kafka's own key hashing for byte strings, for tests/unit/test_partition_conformance.py.
 //
 // stdin: one hex-encoded byte string (a role name's UTF-8) per line.
 // args:  partition counts.
