@@ -30,15 +30,19 @@ from coordination.token import FencingToken
 __all__ = ["RoleFold", "build_role_state"]
 
 
-def build_role_state(role: str, records: Iterable[Record]) -> RoleState:
+def build_role_state(
+    role: str, records: Iterable[Record], *, placement: Placement | None = None,
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER,
+) -> RoleState:
     """Fold `records` (one partition, in offset order) into `role`'s state.
 
     Records of other roles are ignored. A record that does not decode, or a
     registration whose value names another member than its key, changes
     nothing and is listed in `RoleState.errors`; an undecodable key cannot be
     attributed to a role, so every role built from the partition lists it.
+    `placement` and `challenge_stagger` are `RoleFold`'s.
     """
-    fold = RoleFold(role)
+    fold = RoleFold(role, placement=placement, challenge_stagger=challenge_stagger)
     for record in records:
         fold.apply(record)
     return fold.state
