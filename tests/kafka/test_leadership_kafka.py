@@ -247,9 +247,12 @@ async def test_under_balanced_placement_a_resigned_role_goes_to_the_standby_the_
         done, _ = await asyncio.wait(waiting.values(), timeout=10,
                                      return_when=asyncio.FIRST_COMPLETED)
         assert [task.result().member for task in done] == [second]
-        state = await describe_role_state(observer, cluster.role, cluster.partitions,
-                                          placement="balanced", challenge_stagger=2.0)
-        assert (state.holder, state.out_of_order) == (second, 0)
+        # A commit's markers land just after it returns: poll the read.
+        state = await eventually(
+            lambda: describe_role_state(observer, cluster.role, cluster.partitions,
+                                        placement="balanced", challenge_stagger=2.0),
+            lambda state: state.holder == second, within=10)
+        assert state.out_of_order == 0
         await waiting[second].result().resign()
     finally:
         for task in waiting.values():
