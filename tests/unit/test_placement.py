@@ -25,7 +25,7 @@ from coordination import (
     evaluate,
     rendezvous_weight,
 )
-from coordination.evaluate import challengers, out_of_order_slot
+from coordination.evaluate import challengers, ordered_challengers, out_of_order_slot
 from tests.support.logs import Log
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "placement.json")
@@ -167,3 +167,8 @@ def test_members_registered_after_the_winner_and_the_last_lease_record_do_not_co
     state = build_role_state("billing", log.records)
     lease = Lease("worker-2", T2.producer_id, T2.producer_epoch, DEADLINE, DEADLINE + 30_000)
     assert out_of_order_slot(state, lease, STAGGER, "balanced") is None
+
+
+def test_a_balanced_order_without_its_role_is_refused():
+    with pytest.raises(ValueError, match="pass the role"):
+        ordered_challengers(["a", "b"], None, placement="balanced")
