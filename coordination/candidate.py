@@ -361,9 +361,13 @@ class _Candidate:
             self.not_before_mark = None
 
     def _warn_if_out_of_order(self, state: RoleState) -> None:
+        # Only tenures begun while this call stands: an old one would be
+        # warned of again at every campaign (the role's state still shows it).
         seen = state.out_of_order
         last = state.last_out_of_order
-        if seen > self.out_of_order_seen and last is not None:
+        if (seen > self.out_of_order_seen and last is not None
+                and self.registered_offset is not None
+                and last.offset > self.registered_offset):
             log.warning(
                 "%s: %s took the role at %d, before its slot at %d under this member's "
                 "placement %r (offset %d): the role's members mix placement policies (or "

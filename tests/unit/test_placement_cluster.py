@@ -187,3 +187,26 @@ async def test_a_role_whose_members_mix_policies_is_reported_by_the_member_it_wr
                                       placement=other, challenge_stagger=STAGGER)
             ).out_of_order == 0
     loser.cancel()
+
+
+async def test_a_member_that_stands_after_a_mix_is_not_warned_of_it_again(caplog):
+    cluster = Cluster()
+    first = cluster.candidate("worker-1", placement="registration")
+    await cluster.until(first.done, within=1)
+    by_registration = cluster.candidate("worker-2", placement="registration")
+    by_hash = cluster.candidate("worker-3", placement="balanced")
+    await cluster.settle()
+    crash(first.result())
+    await cluster.until(lambda: by_registration.done() or by_hash.done(), within=LEASE + 1)
+    loser_policy = "registration" if by_hash.done() else "balanced"
+    caplog.set_level(logging.WARNING, "coordination.leadership")
+    caplog.clear()
+    late = cluster.candidate("worker-5", placement=loser_policy)
+    await cluster.advance(RENEW * 2)
+    assert not [r for r in caplog.records if "mix placement" in r.getMessage()]
+    state = await describe_role_state(cluster.transport(), "billing", cluster.partitions,
+                                      placement=loser_policy, challenge_stagger=STAGGER)
+    assert state.out_of_order == 1  # still shown in the role's state
+    for task in (by_registration, by_hash, late):
+        if not task.done():
+            task.cancel()
