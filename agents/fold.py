@@ -78,15 +78,32 @@ async def apply_record(ctx: Context, message: Any) -> None:
         return
     role_key = key.role.encode("utf-8")
     current_value = _load(ctx, role_key)
-    value, events = fold(current_value, record, partition, ctx.partitions)
+    options = ctx.settings.leadership_options
+    value, events = fold(current_value, record, partition, ctx.partitions,
+                         placement=options.placement,
+                         challenge_stagger=options.challenge_stagger)
     if value is None or value is current_value:
         return
     ctx.tables.role_state[role_key] = role_state.encode(value)
+    _warn_if_out_of_order(value, current_value)
     if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
         log.warning("%s: partition %d offset %d skipped: %s", key.role, partition,
                     record.offset, value.state.errors[-1][1])
     await _publish(ctx, events)
+
+
+def _warn_if_out_of_order(value: RoleValue, previous: RoleValue | None) -> None:
+    state = value.state
+    last = state.last_out_of_order
+    if last is None or state.out_of_order <= (0 if previous is None
+                                              else previous.state.out_of_order):
+        return
+    log.warning("%s: %s took the role at %d, before its slot at %d under this worker's "
+                "placement %r (offset %d): the role's members mix placement policies (or "
+                "challenge staggers); give every member of a role the same ones",
+                state.role, last.member, last.granted_at, last.slot, last.placement,
+                last.offset)
 
 
 async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:

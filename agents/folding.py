@@ -23,11 +23,13 @@ from coordination import (
     Elected,
     FormatError,
     Key,
+    Placement,
     Record,
     Renewed,
     RoleFold,
     RoleState,
     decode_key,
+    defaults,
     role_partition,
 )
 from coordination.events import change_event, lease_event
@@ -70,9 +72,13 @@ def fold_unattributed(
 
 
 def fold(
-    value: RoleValue | None, record: Record, partition: int, partitions: int
+    value: RoleValue | None, record: Record, partition: int, partitions: int, *,
+    placement: Placement | None = None, challenge_stagger: float = defaults.CHALLENGE_STAGGER,
 ) -> tuple[RoleValue | None, list[LeadershipEvent]]:
     """Apply one record of `partition` to its role's value.
+
+    Given the worker's `placement` and `challenge_stagger`, each new tenure
+    is also checked against them (`RoleState.out_of_order`).
 
     `value` is the role's current value (None before its first record). A
     record that `route` rejects leaves `value` as it is (count it with
@@ -92,7 +98,8 @@ def fold(
     new = replace(value, state=value.state.copy(), last_offset=record.offset)
     events = _lapse(new, record.timestamp)
     change = RoleFold(key.role, state=new.state, keep_tokens=MAX_TENURES,
-                      keep_errors=MAX_ERRORS).apply(record)
+                      keep_errors=MAX_ERRORS, placement=placement,
+                      challenge_stagger=challenge_stagger).apply(record)
     if isinstance(change, Elected | Renewed):
         new.lapse_reported = False  # a new lease record can lapse in its turn
     event = change_event(new.state, new.partition, change)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from coordination import LeadershipOptions, defaults
+from coordination import PLACEMENTS, LeadershipOptions, defaults
+from coordination.evaluate import check_placement
 from coordination.kafka.connection import Connection
 
 __all__ = ["VARIABLES", "Settings", "mask"]
@@ -62,6 +63,7 @@ VARIABLES: Mapping[str, str] = {
     "lease_duration": "COORDINATION_LEASE_DURATION",
     "renew_interval": "COORDINATION_RENEW_INTERVAL",
     "challenge_stagger": "COORDINATION_CHALLENGE_STAGGER",
+    "placement": "COORDINATION_PLACEMENT",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
     "web_bind": "COORDINATION_WEB_BIND",
@@ -126,6 +128,7 @@ class Settings:
     lease_duration: float = defaults.LEASE_DURATION
     renew_interval: float = defaults.RENEW_INTERVAL
     challenge_stagger: float = defaults.CHALLENGE_STAGGER
+    placement: str = defaults.PLACEMENT
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
     web_bind: str = "0.0.0.0"
@@ -143,6 +146,9 @@ class Settings:
     demo: bool = False
 
     def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"COORDINATION_PLACEMENT={self.placement!r} is not one of "
+                             f"{', '.join(PLACEMENTS)}")
         # Fail at start-up, not at the first election, on impossible timings.
         self.leadership_options  # noqa: B018  (validates)
         if not 0 < self.web_port < 65536:
@@ -194,7 +200,7 @@ class Settings:
     def leadership_options(self) -> LeadershipOptions:
         """The options every role's candidate on this worker runs with."""
         return LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
-                                 self.challenge_stagger)
+                                 self.challenge_stagger, check_placement(self.placement))
 
     @property
     def datadir(self) -> Path:

@@ -58,7 +58,7 @@ from coordination.errors import (
     StateTopicError,
     TransportError,
 )
-from coordination.evaluate import Step, evaluate
+from coordination.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
 from coordination.fold import RoleFold, build_role_state
 from coordination.guarded import GuardedWriter
 from coordination.kafka import (
@@ -91,7 +91,7 @@ from coordination.runner import (
     RunnerState,
     TenureStop,
 )
-from coordination.state import Record, RoleState, RosterEntry
+from coordination.state import OutOfOrder, Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus
 from coordination.tenure import Leadership, TenureState
 from coordination.term_filter import TermFilter
@@ -133,6 +133,7 @@ from coordination.transport import (
 
 __all__ = [
     "NO_EPOCH",
+    "PLACEMENTS",
     "STATE_TOPIC",
     "TERMS_TOPIC",
     "TERM_HEADER",
@@ -168,9 +169,11 @@ __all__ = [
     "ManualClock",
     "MemoryBroker",
     "MemoryTransport",
+    "OutOfOrder",
     "OutcomeUnknownError",
     "PartitionRead",
     "PartitionTail",
+    "Placement",
     "ProducerFatalError",
     "Record",
     "Registrar",
@@ -227,6 +230,7 @@ __all__ = [
     "lease_key",
     "murmur2",
     "registration_key",
+    "rendezvous_weight",
     "role_partition",
     "to_positive",
 ]

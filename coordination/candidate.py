@@ -17,7 +17,7 @@ import logging
 
 from coordination.clock import Clock, SystemClock
 from coordination.errors import FencedError, FormatError, TransportError
-from coordination.evaluate import challenger_index, evaluate
+from coordination.evaluate import Placement, Step, challenger_index, challengers, evaluate
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions, check_name, resolve_options
 from coordination.partition import role_partition
@@ -53,13 +53,15 @@ async def acquire_leadership(
     lease_duration: float | None = None,
     renew_interval: float | None = None,
     challenge_stagger: float | None = None,
+    placement: Placement | None = None,
     clock: Clock | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
     Returns once this member has committed the first lease record of its
-    tenure under a freshly minted epoch. Timing comes from `options` or from
-    the separate keywords (defaults: `LeadershipOptions`). Raises
+    tenure under a freshly minted epoch. Timing and placement come from
+    `options` or from the separate keywords (defaults: `LeadershipOptions`);
+    every member of a role must use the same `placement`. Raises
     `ValueError` before any I/O for a bad name or option, and
     `StateTopicError` for a state topic the protocol cannot run on.
 
@@ -71,7 +73,7 @@ async def acquire_leadership(
     check_name("role", role)
     check_name("member", member)
     options = resolve_options(options, partitions, lease_duration, renew_interval,
-                              challenge_stagger)
+                              challenge_stagger, placement)
     check = await transport.check_topic(options.partitions, options.lease_duration)
     candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
                            check.abort_cleanup_interval_ms)
@@ -97,13 +99,15 @@ class _Candidate:
         self.clock = clock
         self.abort_cleanup_interval_ms = abort_cleanup_interval_ms
         self.partition = role_partition(role, options.partitions)
-        self.follower = PartitionFollower(transport, self.partition, role, clock)
+        self.follower = PartitionFollower(transport, self.partition, role, clock,
+                                          options.placement, options.challenge_stagger)
         self.registered_offset: int | None = None
         self.losses = 0
         self.not_before = 0
         self.not_before_mark: int | None = None
         self.stall_expired_at_lso: int | None = None
         self.warned_shared_id = False
+        self.out_of_order_seen = 0
 
     async def run(self) -> Leadership:
         try:
@@ -126,8 +130,9 @@ class _Candidate:
         state = self.follower.state()
         self._forget_backoff_if_lease_moved(state)
         self._warn_if_member_id_shared(state)
+        self._warn_if_out_of_order(state)
         now = self.clock.now_ms()
-        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        step = self._evaluate(state, now)
         if step.action == "register":
             await self._register()
         elif step.action == "wait" or now < self.not_before:
@@ -141,6 +146,10 @@ class _Candidate:
             self.registered_offset is None
             or self.follower.last_stable_offset > self.registered_offset
         )
+
+    def _evaluate(self, state: RoleState, now: int) -> Step:
+        return evaluate(state, self.member, now, self.options.challenge_stagger,
+                        placement=self.options.placement)
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""
@@ -162,7 +171,7 @@ class _Candidate:
             return None
         state = self.follower.state()
         now = self.clock.now_ms()
-        step = evaluate(state, self.member, now, self.options.challenge_stagger)
+        step = self._evaluate(state, now)
         if step.action != "challenge" or now < self.not_before:
             return None
         read_end = self.follower.last_stable_offset
@@ -284,9 +293,9 @@ class _Candidate:
         that is only slow finds itself unregistered and registers again at
         the tail, which is where the no-failback rule puts it anyway.
         """
-        rank = challenger_index(state, self.member)
-        holder = state.holder if state.lease is not None else state.cleared_member
-        passed = [name for name in state.roster if name not in (holder, self.member)][:rank]
+        rank = challenger_index(state, self.member, self.options.placement)
+        passed = [name for name in challengers(state, self.options.placement)[:rank]
+                  if name != self.member]
         lapsed = state.lease.member if state.lease is not None else None
         if lapsed is not None and lapsed in state.roster and lapsed != self.member:
             # Its lease lapsed unrenewed. (A holder that resigned keeping its
@@ -325,8 +334,8 @@ class _Candidate:
             self.stall_expired_at_lso = follower.last_stable_offset
         await follower.refresh()
         state = follower.state()
-        self._defer_to(ended + challenger_index(state, self.member) * self.options.stagger_ms,
-                       state)
+        rank = challenger_index(state, self.member, self.options.placement)
+        self._defer_to(ended + rank * self.options.stagger_ms, state)
         return True
 
     async def _lost(self, token: FencingToken) -> None:
@@ -337,7 +346,7 @@ class _Candidate:
         await self.follower.refresh()
         state = self.follower.state()
         backoff = min(2 ** (self.losses - 1), MAX_BACKOFF_LEASES) * self.options.lease_ms
-        rank = challenger_index(state, self.member)
+        rank = challenger_index(state, self.member, self.options.placement)
         self._defer_to(fenced_at + backoff + rank * self.options.stagger_ms, state)
         log.info("%s: %s lost a challenge with %s (loss %d); next try at %d",
                  self.role, self.member, token, self.losses, self.not_before)
@@ -350,6 +359,23 @@ class _Candidate:
         if self.not_before and state.lease_offset != self.not_before_mark:
             self.not_before = 0
             self.not_before_mark = None
+
+    def _warn_if_out_of_order(self, state: RoleState) -> None:
+        # Only tenures begun while this call stands: an old one would be
+        # warned of again at every campaign (the role's state still shows it).
+        seen = state.out_of_order
+        last = state.last_out_of_order
+        if (seen > self.out_of_order_seen and last is not None
+                and self.registered_offset is not None
+                and last.offset > self.registered_offset):
+            log.warning(
+                "%s: %s took the role at %d, before its slot at %d under this member's "
+                "placement %r (offset %d): the role's members mix placement policies (or "
+                "challenge staggers); give every member of a role the same ones",
+                self.role, last.member, last.granted_at, last.slot, last.placement,
+                last.offset,
+            )
+        self.out_of_order_seen = seen
 
     def _warn_if_member_id_shared(self, state: RoleState) -> None:
         lease = state.lease

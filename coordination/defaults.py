@@ -15,6 +15,7 @@ __all__ = [
     "CHALLENGE_STAGGER",
     "LEASE_DURATION",
     "PARTITIONS",
+    "PLACEMENT",
     "RENEW_INTERVAL",
     "STATE_TOPIC",
     "TERMS_TOPIC",
@@ -38,3 +39,6 @@ RENEW_INTERVAL: Final = 10.0
 
 CHALLENGE_STAGGER: Final = 5.0
 """Seconds between successive standbys' challenges of a lapsed lease."""
+
+PLACEMENT: Final = "registration"
+"""How a role's challengers are ordered: by registration offset, the format's rule."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from coordination import defaults
 from coordination.errors import FormatError
+from coordination.evaluate import Placement
 from coordination.fold import RoleFold, build_role_state
 from coordination.partition import role_partition
 from coordination.records import decode_key
@@ -22,17 +24,22 @@ async def describe_leadership(coordinator: Coordinator, role: str) -> Leadership
     return await coordinator.describe_epoch(role)
 
 
-async def describe_role_state(reader: StateReader, role: str, partitions: int) -> RoleState:
+async def describe_role_state(
+    reader: StateReader, role: str, partitions: int, *, placement: Placement | None = None,
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER,
+) -> RoleState:
     """`role`'s roster, lease and skipped records, read to the last stable offset.
 
     Checks `partitions` against the state topic first. Records of the
     partition whose role hashes to another partition are counted in
-    `RoleState.misplaced`.
+    `RoleState.misplaced`. Given a `placement`, tenures begun out of its
+    order are counted in `RoleState.out_of_order` (`RoleFold`).
     """
     await reader.check_topic(partitions, None)
     partition = role_partition(role, partitions)
     read = await reader.read_partition(partition)
-    state = build_role_state(role, read.records)
+    state = build_role_state(role, read.records, placement=placement,
+                             challenge_stagger=challenge_stagger)
     state.misplaced = sum(
         1 for record in read.records if _misplaced(record.key, partition, partitions)
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from coordination import defaults
 from coordination.changes import (
     Change,
     Elected,
@@ -21,22 +22,27 @@ from coordination.changes import (
     StillVacant,
 )
 from coordination.errors import FormatError
-from coordination.records import Kind, decode_key, decode_lease, decode_registration
-from coordination.state import Record, RoleState, RosterEntry
+from coordination.evaluate import Placement, out_of_order_slot
+from coordination.records import Kind, Lease, decode_key, decode_lease, decode_registration
+from coordination.state import OutOfOrder, Record, RoleState, RosterEntry
 from coordination.token import FencingToken
 
 __all__ = ["RoleFold", "build_role_state"]
 
 
-def build_role_state(role: str, records: Iterable[Record]) -> RoleState:
+def build_role_state(
+    role: str, records: Iterable[Record], *, placement: Placement | None = None,
+    challenge_stagger: float = defaults.CHALLENGE_STAGGER,
+) -> RoleState:
     """Fold `records` (one partition, in offset order) into `role`'s state.
 
     Records of other roles are ignored. A record that does not decode, or a
     registration whose value names another member than its key, changes
     nothing and is listed in `RoleState.errors`; an undecodable key cannot be
     attributed to a role, so every role built from the partition lists it.
+    `placement` and `challenge_stagger` are `RoleFold`'s.
     """
-    fold = RoleFold(role)
+    fold = RoleFold(role, placement=placement, challenge_stagger=challenge_stagger)
     for record in records:
         fold.apply(record)
     return fold.state
@@ -53,10 +59,18 @@ class RoleFold:
     twice) and `keep_errors` of the latest errors (`skipped` still counts
     all). `state` resumes a fold from a state it produced; the fold takes it
     over and changes it in place.
+
+    A fold told the reader's `placement` (and `challenge_stagger`) also
+    checks each new tenure against them and counts in
+    `RoleState.out_of_order` those that began before their winner's slot
+    (`coordination.evaluate.out_of_order_slot`): the sign of members that
+    mix placement policies.
     """
 
     def __init__(self, role: str, *, keep_tokens: int | None = None,
-                 keep_errors: int | None = None, state: RoleState | None = None) -> None:
+                 keep_errors: int | None = None, state: RoleState | None = None,
+                 placement: Placement | None = None,
+                 challenge_stagger: float = defaults.CHALLENGE_STAGGER) -> None:
         for name, bound in (("keep_tokens", keep_tokens), ("keep_errors", keep_errors)):
             if bound is not None and bound < 1:
                 raise ValueError(f"{name} must be at least 1, got {bound}")
@@ -65,6 +79,8 @@ class RoleFold:
         self.state = RoleState(role) if state is None else state
         self._keep_tokens = keep_tokens
         self._keep_errors = keep_errors
+        self._placement = placement
+        self._challenge_stagger = challenge_stagger
 
     def apply(self, record: Record) -> Change | None:
         """Fold the next record of the partition (offsets must increase).
@@ -138,6 +154,11 @@ class RoleFold:
             return Resigned(record.offset, record.timestamp, prior, tenure)
         lease = decode_lease(record.value)
         previous = prior if prior is not None else state.cleared
+        renewal = prior is not None and (prior.member, prior.producer_id,
+                                         prior.producer_epoch) == (
+            lease.member, lease.producer_id, lease.producer_epoch)
+        if not renewal and self._placement is not None:
+            self._check_order(record, lease, self._placement)
         tenure = self._tenure_of(FencingToken(lease.producer_id, lease.producer_epoch),
                                  record.offset)
         state.lease_offset = record.offset
@@ -146,10 +167,18 @@ class RoleFold:
         state.tenure = tenure
         state.cleared = None
         state.vacant_since = None
-        if prior is not None and (prior.member, prior.producer_id, prior.producer_epoch) == (
-                lease.member, lease.producer_id, lease.producer_epoch):
+        if prior is not None and renewal:
             return Renewed(record.offset, record.timestamp, lease, prior)
         return Elected(record.offset, record.timestamp, lease, tenure, previous)
+
+    def _check_order(self, record: Record, lease: Lease, placement: Placement) -> None:
+        """Count a new tenure that began before its winner's slot (state: just before it)."""
+        state = self.state
+        slot = out_of_order_slot(state, lease, self._challenge_stagger, placement)
+        if slot is not None:
+            state.out_of_order += 1
+            state.last_out_of_order = OutOfOrder(record.offset, lease.member, lease.granted_at,
+                                                  slot, placement)
 
     def _tenure_of(self, token: FencingToken, offset: int) -> int:
         tenures = self.state.tenures

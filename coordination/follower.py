@@ -14,8 +14,10 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
+from coordination import defaults
 from coordination.clock import Clock
 from coordination.errors import FormatError
+from coordination.evaluate import Placement
 from coordination.fold import RoleFold
 from coordination.records import Kind, decode_key, decode_lease
 from coordination.state import Record, RoleState
@@ -32,12 +34,16 @@ class PartitionFollower:
     """One role's state from its partition's committed records, kept current
     by a tail."""
 
-    def __init__(self, reader: StateReader, partition: int, role: str, clock: Clock) -> None:
+    def __init__(self, reader: StateReader, partition: int, role: str, clock: Clock,
+                 placement: Placement | None = None,
+                 challenge_stagger: float = defaults.CHALLENGE_STAGGER) -> None:
         self._reader = reader
         self.partition = partition
         self.role = role
         self._clock = clock
-        self._fold = RoleFold(role)
+        self._placement = placement
+        self._challenge_stagger = challenge_stagger
+        self._fold = self._new_fold()
         self._next_offset = 0
         self.last_stable_offset = 0
         self.high_watermark = 0
@@ -49,12 +55,16 @@ class PartitionFollower:
     async def refresh(self) -> None:
         """Re-read the partition from its first offset to the last stable offset."""
         read = await self._reader.read_partition(self.partition)
-        self._fold = RoleFold(self.role)
+        self._fold = self._new_fold()
         self._next_offset = 0
         self._fold_new(read.records)
         self._marks(read)
         await self._drop_tail()
         self._tail = await self._reader.tail(self.partition, read.last_stable_offset)
+
+    def _new_fold(self) -> RoleFold:
+        return RoleFold(self.role, placement=self._placement,
+                        challenge_stagger=self._challenge_stagger)
 
     def state(self) -> RoleState:
         """The role's state as of the records read so far (a snapshot)."""

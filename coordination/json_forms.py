@@ -11,7 +11,15 @@ from typing import Any, Literal
 from coordination.state import RoleState
 from coordination.token import FencingToken
 
-__all__ = ["Status", "lease_json", "roster_json", "status_of", "summary_json", "token_json"]
+__all__ = [
+    "Status",
+    "lease_json",
+    "out_of_order_json",
+    "roster_json",
+    "status_of",
+    "summary_json",
+    "token_json",
+]
 
 Status = Literal["held", "lapsed", "vacant"]
 
@@ -42,6 +50,23 @@ def lease_json(state: RoleState) -> dict[str, Any] | None:
         "tenure": state.tenure,
         "granted_at": lease.granted_at,
         "deadline": lease.deadline,
+    }
+
+
+def out_of_order_json(state: RoleState) -> dict[str, Any]:
+    """``{"count", "last"}``: tenures begun out of the reader's placement order.
+
+    `last` is ``{"offset", "member", "granted_at", "slot", "placement"}`` or
+    None. A count above 0 means the role's members mix placement policies
+    (or challenge staggers).
+    """
+    last = state.last_out_of_order
+    return {
+        "count": state.out_of_order,
+        "last": None if last is None else {
+            "offset": last.offset, "member": last.member, "granted_at": last.granted_at,
+            "slot": last.slot, "placement": last.placement,
+        },
     }
 
 

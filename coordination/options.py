@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordination import defaults
-from coordination.evaluate import stagger_ms
+from coordination.evaluate import Placement, check_placement, stagger_ms
 from coordination.wire import MAX_STRING_BYTES
 
 __all__ = ["LeadershipOptions", "check_name", "resolve_options"]
@@ -25,14 +25,21 @@ class LeadershipOptions:
     that long before the lease runs out, to cover the delay between a record
     being sent and being written, clock error between members, and the delay
     between the deadline passing and the leader noticing.
+
+    `placement` orders a role's challengers: ``"registration"`` by
+    registration offset (the format's rule), ``"balanced"`` by a rendezvous
+    hash of role and member, so the roles of a group spread over its members
+    (docs/design.md#placement). Every member of a role must use the same.
     """
 
     partitions: int = defaults.PARTITIONS
     lease_duration: float = defaults.LEASE_DURATION
     renew_interval: float = defaults.RENEW_INTERVAL
     challenge_stagger: float = defaults.CHALLENGE_STAGGER
+    placement: Placement = defaults.PLACEMENT
 
     def __post_init__(self) -> None:
+        check_placement(self.placement)
         if self.partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {self.partitions}")
         if not self.lease_duration > 0:
@@ -96,11 +103,13 @@ def resolve_options(
     lease_duration: float | None,
     renew_interval: float | None,
     challenge_stagger: float | None,
+    placement: str | None = None,
 ) -> LeadershipOptions:
     """`options`, or one built from the separate keywords (the defaults for those not given)."""
     given = {name: value for name, value in (
         ("partitions", partitions), ("lease_duration", lease_duration),
         ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
+        ("placement", placement),
     ) if value is not None}
     if options is not None:
         if given:

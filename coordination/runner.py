@@ -147,7 +147,8 @@ class LeaderRunner:
     resignation's epoch bump. `retry_interval` is the first back-off after a
     failed campaign or a tenure shorter than a lease; it doubles up to
     `max_backoff`. Every wait is on `clock`'s monotonic time, so a
-    `ManualClock` drives the whole runner.
+    `ManualClock` drives the whole runner. Each campaign runs with
+    `options`, its placement included.
     """
 
     def __init__(

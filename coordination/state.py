@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from coordination.records import Lease
 from coordination.token import FencingToken
 
-__all__ = ["Record", "RoleState", "RosterEntry"]
+__all__ = ["OutOfOrder", "Record", "RoleState", "RosterEntry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,23 @@ class RosterEntry:
     offset: int
     registered_at: int
     timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfOrder:
+    """A tenure that began before its winner's slot under the reader's placement.
+
+    Members following one policy and one stagger never do that, so it says
+    the role's members mix placement policies (or staggers): `placement` is
+    the reader's, `slot` the winner's earliest challenge instant under it,
+    `granted_at` the instant the winner's first lease was granted.
+    """
+
+    offset: int
+    member: str
+    granted_at: int
+    slot: int
+    placement: str
 
 
 @dataclass(slots=True)
@@ -74,6 +91,11 @@ class RoleState:
     misplaced: int = 0
     """Records of the partition whose role hashes elsewhere (set by readers
     that know the partition)."""
+    out_of_order: int = 0
+    """Tenures that began out of order under the reader's placement (set by a
+    fold told the placement): the role's members mix policies."""
+    last_out_of_order: OutOfOrder | None = None
+    """The latest of them."""
 
     @property
     def roster(self) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from coordination import FencingToken, Lease, RoleState, RosterEntry
+from coordination import FencingToken, Lease, OutOfOrder, RoleState, RosterEntry
 
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
 
@@ -79,6 +79,8 @@ def encode(value: RoleValue) -> bytes:
             "tenures": [[t.producer_id, t.producer_epoch, offset]
                         for t, offset in state.tenures.items()],
             "misplaced": state.misplaced,
+            "out_of_order": state.out_of_order,
+            "last_out_of_order": _out_of_order_json(state.last_out_of_order),
         },
     })
 
@@ -105,6 +107,9 @@ def decode(data: bytes) -> RoleValue:
                 lease_timestamp=_int_or_none(state["lease_timestamp"]),
                 tenures={FencingToken(int(p), int(e)): int(o) for p, e, o in state["tenures"]},
                 misplaced=int(state["misplaced"]),
+                # Absent from values written before the placement check: none seen.
+                out_of_order=int(state.get("out_of_order", 0)),
+                last_out_of_order=_out_of_order_from(state.get("last_out_of_order")),
             ),
             partition=int(obj["partition"]),
             lapse_reported=bool(obj["lapse_reported"]),
@@ -116,6 +121,19 @@ def decode(data: bytes) -> RoleValue:
 
 def _int_or_none(obj: Any) -> int | None:
     return None if obj is None else int(obj)
+
+
+def _out_of_order_json(seen: OutOfOrder | None) -> list[Any] | None:
+    if seen is None:
+        return None
+    return [seen.offset, seen.member, seen.granted_at, seen.slot, seen.placement]
+
+
+def _out_of_order_from(obj: list[Any] | None) -> OutOfOrder | None:
+    if obj is None:
+        return None
+    offset, member, granted_at, slot, placement = obj
+    return OutOfOrder(int(offset), str(member), int(granted_at), int(slot), str(placement))
 
 
 def _lease_json(lease: Lease | None) -> list[Any] | None:

@@ -13,7 +13,13 @@ import heapq
 from typing import Any
 
 from coordination import RoleState
-from coordination.json_forms import Status, lease_json, roster_json, status_of
+from coordination.json_forms import (
+    Status,
+    lease_json,
+    out_of_order_json,
+    roster_json,
+    status_of,
+)
 from coordination.json_forms import summary_json as summary
 from tables.partition_state import PartitionValue
 from tables.role_state import MAX_ERRORS, RoleValue
@@ -88,5 +94,6 @@ def detail(state: RoleState, skips: Skips, partition: int, now_ms: int) -> dict[
         "misplaced": skips.misplaced,
         "last_error": skips.last_error,
         "errors": [{"offset": o, "reason": r} for o, r in skips.recent],
+        "out_of_order": out_of_order_json(state),
         "now": now_ms,
     }

@@ -3,14 +3,18 @@ malformed and misplaced records, replays, and agreement with build_role_state.""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
+import orjson
 import pytest
 
 from agents.events import LeadershipEvent
+from agents.fold import _warn_if_out_of_order
 from agents.folding import Unattributed, expire, fold, fold_unattributed, route
 from coordination import (
     FencingToken,
+    OutOfOrder,
     Record,
     Registration,
     RoleState,
@@ -304,3 +308,36 @@ def test_bytes_that_are_not_a_value_raise_value_error():
     for data in (b"", b"[]", b'{"schema": 99}', b'{"schema": 1}'):
         with pytest.raises(ValueError, match="role_state"):
             role_state.decode(data)
+
+
+def test_a_tenure_begun_out_of_order_round_trips_through_the_codec():
+    value = RoleValue(RoleState(ROLE, out_of_order=2, last_out_of_order=OutOfOrder(
+        7, "c", 100_000, 105_000, "registration")), HOME)
+    assert role_state.decode(role_state.encode(value)) == value
+
+
+def test_a_value_written_before_the_placement_check_reads_as_none_seen():
+    obj = orjson.loads(role_state.encode(RoleValue(RoleState(ROLE), HOME)))
+    del obj["state"]["out_of_order"], obj["state"]["last_out_of_order"]
+    state = role_state.decode(orjson.dumps(obj)).state
+    assert (state.out_of_order, state.last_out_of_order) == (0, None)
+
+
+def test_the_worker_warns_once_for_each_tenure_begun_out_of_its_placement_order(caplog):
+    log = Log()
+    for member in ("a", "b", "c"):
+        log.register(ROLE, member)
+    log.lease(ROLE, "a", T1, granted_at=0, deadline=30_000)
+    log.lease(ROLE, "c", T2, granted_at=30_000, deadline=60_000)  # b was first by rank
+    log.lease(ROLE, "c", T2, granted_at=40_000, deadline=70_000)
+    caplog.set_level(logging.WARNING, "agents.fold")
+    value = None
+    for record in log.records:
+        previous = value
+        value, _ = fold(value, record, HOME, PARTITIONS, placement="registration",
+                        challenge_stagger=5.0)
+        _warn_if_out_of_order(value, previous)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "c took the role at 30000, before its slot at 35000" in warnings[0]
+    assert "mix placement policies" in warnings[0]

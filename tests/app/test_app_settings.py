@@ -21,6 +21,7 @@ def test_the_defaults():
     assert settings.member() == f"{socket.gethostname()}:6066"
     assert settings.datadir == Path("data") / "worker-6066"
     assert settings.demo is False
+    assert settings.leadership_options.placement == "registration"
 
 
 def test_every_variable_is_read():
@@ -30,6 +31,7 @@ def test_every_variable_is_read():
         "COORDINATION_CHALLENGE_STAGGER": "1.5", "COORDINATION_MEMBER_ID": "pod-0",
         "COORDINATION_WEB_PORT": "7000", "COORDINATION_WEB_HOST": "pod-0.svc",
         "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
+        "COORDINATION_PLACEMENT": "balanced",
     })
     assert settings.bootstrap_servers == "k:1"
     assert settings.partitions == 8
@@ -37,6 +39,7 @@ def test_every_variable_is_read():
     assert settings.canonical_url == "http://pod-0.svc:7000"
     assert settings.datadir == Path("/data")
     assert settings.demo is True
+    assert settings.leadership_options.placement == "balanced"
 
 
 def test_the_member_id_follows_the_port_the_worker_serves_on():
@@ -49,6 +52,8 @@ def test_the_member_id_follows_the_port_the_worker_serves_on():
     ({"COORDINATION_PARTITIONS": "0"}, "partitions must be at least 1"),
     ({"COORDINATION_RENEW_INTERVAL": "29"}, "renew_interval"),
     ({"COORDINATION_WEB_PORT": "70000"}, "out of range"),
+    ({"COORDINATION_PLACEMENT": "even"},
+     "COORDINATION_PLACEMENT='even' is not one of registration, balanced"),
 ])
 def test_impossible_settings_fail_at_start_up(env, message):
     with pytest.raises(ValueError, match=message):

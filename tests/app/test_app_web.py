@@ -65,8 +65,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def fold_into(ctx, records: list[Record], partition: int) -> None:
-    """Put folded values in a worker's table store (as its fold agent would)."""
+def fold_into(ctx, records: list[Record], partition: int, **checks) -> None:
+    """Put folded values in a worker's table store (as its fold agent would,
+    given its `placement` and `challenge_stagger` in `checks`)."""
     values: dict[str, role_state.RoleValue] = {}
     skipped = None
     for record in records:
@@ -74,7 +75,7 @@ def fold_into(ctx, records: list[Record], partition: int) -> None:
         if isinstance(key, Unattributed):
             skipped = fold_unattributed(skipped, record, partition, key)
             continue
-        value, _ = fold(values.get(key.role), record, partition, PARTITIONS)
+        value, _ = fold(values.get(key.role), record, partition, PARTITIONS, **checks)
         values[key.role] = value
     for role, value in values.items():
         ctx.tables.role_state.data[role.encode()] = role_state.encode(value)
@@ -328,3 +329,24 @@ async def test_the_dashboard_is_html_that_polls_the_api(workers):
     assert (status, ctype) == (200, "text/html")
     assert 'getJson("/roles/")' in text
     assert "setInterval(refresh, 1000)" in text
+
+
+async def test_a_role_detail_reports_tenures_begun_out_of_the_workers_placement_order(workers):
+    a, _, session, _ = workers
+    role = roles_in(A_PARTS, 3, "alpha")[2]
+    log = Log()
+    for member in ("x", "y", "z"):
+        log.register(role, member)
+    log.lease(role, "x", _token(1000, 0), granted_at=NOW - 30_000, deadline=NOW)
+    # By registration y challenges at the deadline and z one stagger later:
+    # z taking the role at the deadline followed other rules.
+    log.lease(role, "z", _token(1001, 0), granted_at=NOW, deadline=NOW + 30_000)
+    fold_into(a.ctx, log.records, role_partition(role, PARTITIONS),
+              placement="registration", challenge_stagger=5.0)
+    status, _, body = await get(session, f"{a.url}/roles/{role}/")
+    assert status == 200
+    assert body["out_of_order"] == {"count": 1, "last": {
+        "offset": 4, "member": "z", "granted_at": NOW, "slot": NOW + 5000,
+        "placement": "registration"}}
+    _, _, calm = await get(session, f"{a.url}/roles/{A_ROLE}/")
+    assert calm["out_of_order"] == {"count": 0, "last": None}

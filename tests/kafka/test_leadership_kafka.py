@@ -19,9 +19,11 @@ from coordination import (
     Leadership,
     acquire_leadership,
     describe_leadership,
+    describe_role_state,
     encode_key,
     encode_lease,
     lease_key,
+    rendezvous_weight,
 )
 from coordination.kafka import KafkaTransport
 from coordination.records import Lease
@@ -222,3 +224,37 @@ async def test_200_renewals_keep_the_token_and_only_the_current_tenure_is_author
     assert not status.authoritative(first.token)
     assert status.authoritative(second.token)
     assert second.tenure > first.tenure
+
+
+async def test_under_balanced_placement_a_resigned_role_goes_to_the_standby_the_hash_prefers(
+        cluster):
+    await cluster.setup()
+    first, second = "standby-a", next(
+        name for name in (f"standby-{i}" for i in range(100))
+        if rendezvous_weight(cluster.role, name) > rendezvous_weight(cluster.role, "standby-a"))
+    # The stagger keeps the preferred member's win clear of the other's slot.
+    timing = {"placement": "balanced", "challenge_stagger": 2.0}
+    leader = await cluster.acquire("leader", **timing)
+    waiting = {}
+    observer = await cluster.transport()
+    try:
+        for name in (first, second):  # registered in this order
+            waiting[name] = asyncio.create_task(cluster.acquire(name, **timing))
+            await eventually(
+                lambda: describe_role_state(observer, cluster.role, cluster.partitions),
+                lambda state, name=name: name in state.roster, within=10)
+        await leader.resign()
+        done, _ = await asyncio.wait(waiting.values(), timeout=10,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert [task.result().member for task in done] == [second]
+        # A commit's markers land just after it returns: poll the read.
+        state = await eventually(
+            lambda: describe_role_state(observer, cluster.role, cluster.partitions,
+                                        placement="balanced", challenge_stagger=2.0),
+            lambda state: state.holder == second, within=10)
+        assert state.out_of_order == 0
+        await waiting[second].result().resign()
+    finally:
+        for task in waiting.values():
+            task.cancel()
+        await asyncio.gather(*waiting.values(), return_exceptions=True)
