@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
@@ -45,6 +46,7 @@ KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
 TOPICS = [sys.executable, str(ROOT / "deploy" / "topics.py")]
 WORKER_STOP_GRACE = 20.0
 READY_TIMEOUT = 180.0
+TOPIC_METADATA_SECONDS = 30.0
 STEPS = 5
 
 
@@ -171,6 +173,7 @@ class EventFollower:
                                     enable_auto_commit=False)
         await consumer.start()
         try:
+            await self._until_known(consumer)
             partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(partitions)
             await consumer.seek_to_end(*partitions)
@@ -185,6 +188,20 @@ class EventFollower:
                     self._show(record.value)
         finally:
             await consumer.stop()
+
+    async def _until_known(self, consumer: Any) -> None:
+        """Wait until the cluster's metadata lists the topic.
+
+        An assignment of a topic the metadata does not list yet logs "Topic
+        ... not found in cluster metadata" at error level on every retry (about
+        30 lines after a fresh start); a full metadata fetch (`topics()`) does not.
+        """
+        deadline = time.monotonic() + TOPIC_METADATA_SECONDS
+        while self.topic not in await consumer.topics():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the topic {self.topic!r} has not appeared in "
+                                   f"{TOPIC_METADATA_SECONDS:.0f} s")
+            await asyncio.sleep(0.1)
 
     def _show(self, value: bytes | None) -> None:
         try:
