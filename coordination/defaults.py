@@ -13,6 +13,7 @@ from typing import Final
 
 __all__ = [
     "CHALLENGE_STAGGER",
+    "FENCING",
     "LEASE_DURATION",
     "PARTITIONS",
     "PLACEMENT",
@@ -42,3 +43,8 @@ CHALLENGE_STAGGER: Final = 5.0
 
 PLACEMENT: Final = "registration"
 """How a role's challengers are ordered: by registration offset, the format's rule."""
+
+FENCING: Final = "epoch"
+"""How a deposed leader is fenced: by the broker, through transactional
+producers (the format's rule); "term" is the log-as-referee mode for services
+without transactions (docs/term-mode.md)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coordination.clock import Clock, SystemClock
-from coordination.defaults import STATE_TOPIC
+from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.errors import FencedError, InvalidStateError, StateTopicError, TransportError
 from coordination.partition import murmur2, to_positive
 from coordination.state import Record
@@ -46,7 +46,7 @@ from coordination.topic_policy import (
 )
 from coordination.transport import PartitionRead
 
-__all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryTransport"]
+__all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryRecord", "MemoryTransport"]
 
 MEMORY_SERVERS = "<in-memory broker>"
 """Where a `MemoryBroker` is, as the topic check's messages name it."""
@@ -74,11 +74,23 @@ class _Entry:
     timestamp: int
     transaction: _Transaction | None
     control: bool = False
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     def committed(self) -> bool:
         if self.control:
             return False
         return self.transaction is None or self.transaction.state == "CompleteCommit"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One committed record of any topic, as a consumer sees it (`MemoryBroker.records`)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes], ...]
 
 
 class _Partition:
@@ -88,9 +100,11 @@ class _Partition:
         self._waiters: list[asyncio.Future[None]] = []
 
     def append(self, entry_key: bytes | None, value: bytes | None, timestamp: int,
-               transaction: _Transaction | None, control: bool = False) -> int:
+               transaction: _Transaction | None, control: bool = False,
+               headers: tuple[tuple[str, bytes], ...] = ()) -> int:
         offset = self.next_offset
-        self.entries.append(_Entry(offset, entry_key, value, timestamp, transaction, control))
+        self.entries.append(_Entry(offset, entry_key, value, timestamp, transaction, control,
+                                   headers))
         self.next_offset += 1
         self.notify()
         return offset
@@ -343,6 +357,7 @@ class MemoryBroker:
         value: bytes | None,
         timestamp: int,
         transaction: _Transaction | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
     ) -> int:
         """Append one record; inside `transaction` only while its token is current."""
         log = self.partition(topic, partition)
@@ -351,7 +366,14 @@ class MemoryBroker:
             if entry.open is not transaction:
                 raise FencedError(f"{transaction.role}: the transaction was aborted")
             transaction.partitions.add((topic, partition))
-        return log.append(key, value, timestamp, transaction)
+        return log.append(key, value, timestamp, transaction, headers=headers)
+
+    def records(self, topic: str, partition: int) -> list[MemoryRecord]:
+        """What a read_committed consumer of `topic`'s `partition` reads, headers included."""
+        log = self.partition(topic, partition)
+        lso = log.last_stable_offset()
+        return [MemoryRecord(e.offset, e.key, e.value, e.timestamp, e.headers)
+                for e in log.entries if e.offset < lso and e.committed()]
 
     def end(self, transaction: _Transaction, commit: bool) -> None:
         """EndTxn: commit or abort `transaction`, writing control markers."""
@@ -471,7 +493,7 @@ class _MemoryTransaction:
 
 
 class MemoryTransport:
-    """One client process on a `MemoryBroker`: all four `Transport` protocols.
+    """One client process on a `MemoryBroker`: all six `Transport` protocols.
 
     Like a `KafkaTransport`, it keeps the producer each acquired epoch binds,
     so two transports on one broker are two processes that can fence each
@@ -484,10 +506,13 @@ class MemoryTransport:
         broker: MemoryBroker | None = None,
         *,
         topic: str = STATE_TOPIC,
+        terms_topic: str = TERMS_TOPIC,
         clock: Clock | None = None,
     ) -> None:
         self.broker = broker or MemoryBroker(clock=clock)
         self.topic = topic
+        self.terms_topic = terms_topic
+        self._terms_policy = StateTopicPolicy("terms topic")
         self.clock: Clock = clock or self.broker.clock
         self._producers: dict[str, FencingToken] = {}
         self._policy = StateTopicPolicy()
@@ -586,3 +611,43 @@ class MemoryTransport:
         held = self._producers.get(role)
         if held != token:
             raise FencedError(f"{role}: this client's producer holds {held}, not {token}")
+
+    # Term mode: the terms topic and the leader's outputs, written without
+    # transactions.
+
+    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+        """Write one record to the terms topic at `partition`; return its offset."""
+        await _round_trip()
+        return self.broker.produce(self.terms_topic, partition, key, value, self.clock.now_ms())
+
+    async def read_terms(self, partition: int) -> PartitionRead:
+        """Every record of the terms topic's `partition`, to its end."""
+        await _round_trip()
+        return self.broker.partition(self.terms_topic, partition).read_committed(0)
+
+    async def tail_terms(self, partition: int, from_offset: int) -> _MemoryTail:
+        """Follow the terms topic's `partition` from `from_offset`."""
+        return _MemoryTail(self.broker.partition(self.terms_topic, partition), from_offset)
+
+    async def check_terms_topic(self, partitions: int) -> TopicCheck:
+        """Refuse a terms topic term mode cannot run on (`StateTopicError`)."""
+        facts = self.broker.topic_facts(self.terms_topic)
+        return self._terms_policy.check(facts, partitions, None)
+
+    async def output_partitions(self, topic: str) -> int:
+        """How many partitions `topic` has; a missing topic is a `TransportError`."""
+        await _round_trip()
+        return self.broker.partition_count(topic)
+
+    async def write_output(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+    ) -> int:
+        """Write one record to `topic`'s `partition` outside any transaction."""
+        await _round_trip()
+        return self.broker.produce(topic, partition, key, value, self.clock.now_ms(),
+                                   headers=tuple(headers))

@@ -6,15 +6,30 @@ Everything here is checked before any I/O: a bad name or option is a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from coordination import defaults
 from coordination.evaluate import Placement, check_placement, stagger_ms
 from coordination.wire import MAX_STRING_BYTES
 
-__all__ = ["LeadershipOptions", "check_name", "resolve_options"]
+__all__ = ["FENCINGS", "Fencing", "LeadershipOptions", "check_fencing", "check_name",
+           "resolve_options"]
 
 MAX_FENCE_MARGIN = 5.0
+
+Fencing = Literal["epoch", "term"]
+FENCINGS: tuple[Fencing, ...] = get_args(Fencing)
+
+
+def check_fencing(fencing: str) -> Fencing:
+    """`fencing` if it names a mode; a `ValueError` naming the choices otherwise."""
+    for known in FENCINGS:
+        if fencing == known:
+            return known
+    raise ValueError(f"fencing must be one of {', '.join(map(repr, FENCINGS))}, "
+                     f"got {fencing!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +45,15 @@ class LeadershipOptions:
     registration offset (the format's rule), ``"balanced"`` by a rendezvous
     hash of role and member, so the roles of a group spread over its members
     (docs/design.md#placement). Every member of a role must use the same.
+
+    `fencing` chooses how a deposed leader is fenced: ``"epoch"`` by the
+    broker, through the role's transactional producer; ``"term"`` by the
+    readers, from claims on the terms topic (docs/term-mode.md). In term
+    mode `lease_duration` is the election timeout (a standby claims after
+    that long without a sign of life from the leader) and `renew_interval`
+    the heartbeat interval; `outputs` are the topics the leader may write
+    to, each of which gets a term barrier before the tenure's first record.
+    Every member of a role must use the same fencing mode.
     """
 
     partitions: int = defaults.PARTITIONS
@@ -37,9 +61,23 @@ class LeadershipOptions:
     renew_interval: float = defaults.RENEW_INTERVAL
     challenge_stagger: float = defaults.CHALLENGE_STAGGER
     placement: Placement = defaults.PLACEMENT
+    fencing: Fencing = defaults.FENCING
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_placement(self.placement)
+        check_fencing(self.fencing)
+        if isinstance(self.outputs, str):
+            raise ValueError(f"outputs must be a collection of topic names, not the string "
+                             f"{self.outputs!r}")
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        for topic in self.outputs:
+            if not isinstance(topic, str) or not topic:
+                raise ValueError(f"an output topic must be a non-empty string, got {topic!r}")
+        if self.outputs and self.fencing != "term":
+            raise ValueError("outputs= declares a term-mode leader's topics; epoch mode "
+                             "fences every topic through the role's producer: drop outputs= "
+                             "or pass fencing='term'")
         if self.partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {self.partitions}")
         if not self.lease_duration > 0:
@@ -104,12 +142,14 @@ def resolve_options(
     renew_interval: float | None,
     challenge_stagger: float | None,
     placement: str | None = None,
+    fencing: str | None = None,
+    outputs: Iterable[str] | None = None,
 ) -> LeadershipOptions:
     """`options`, or one built from the separate keywords (the defaults for those not given)."""
     given = {name: value for name, value in (
         ("partitions", partitions), ("lease_duration", lease_duration),
         ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
-        ("placement", placement),
+        ("placement", placement), ("fencing", fencing), ("outputs", outputs),
     ) if value is not None}
     if options is not None:
         if given:

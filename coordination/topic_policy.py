@@ -87,16 +87,21 @@ class TopicFacts:
     abort_cleanup_interval_ms: int = KAFKA_ABORT_CLEANUP_INTERVAL_MS
 
 
-def require_topic(facts: TopicFacts) -> None:
-    """`StateTopicError` naming how to create the topic, if it does not exist."""
+def require_topic(facts: TopicFacts, label: str = "state topic") -> None:
+    """`StateTopicError` naming how to create the topic, if it does not exist.
+
+    `label` is "state topic" or "terms topic" (term mode's, which takes the
+    state topic's partition count).
+    """
     if facts.exists:
         return
     servers, topic = facts.servers, facts.topic
+    flag = "--" + label.split()[0] + "-topic"
     raise StateTopicError(
-        f"the state topic {topic!r} does not exist: create it with "
+        f"the {label} {topic!r} does not exist: create it with "
         "cleanup.policy=compact and the partition count every member is configured "
         f"with: python deploy/topics.py --bootstrap-servers {servers} "
-        f"--state-topic {topic} --partitions {PARTITIONS} (from this project's checkout), "
+        f"{flag} {topic} --partitions {PARTITIONS} (from this project's checkout), "
         f"or kafka-topics.sh --bootstrap-server {servers} --create --topic "
         f"{topic} --partitions {PARTITIONS} --replication-factor 3 --config "
         "cleanup.policy=compact --config min.insync.replicas=2 --config segment.ms=60000"
@@ -106,11 +111,13 @@ def require_topic(facts: TopicFacts) -> None:
 class StateTopicPolicy:
     """Applies the policy to one transport's facts; logs each warning once.
 
-    A transport keeps one, so every `acquire_leadership` on it can afford
-    the check without repeating the warnings.
+    A transport keeps one per topic, so every `acquire_leadership` on it can
+    afford the check without repeating the warnings. `label` names the topic
+    in the messages: "state topic", or "terms topic" for term mode's.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "state topic") -> None:
+        self.label = label
         self._warned = False
         self._warned_leases: set[int] = set()
 
@@ -122,21 +129,22 @@ class StateTopicPolicy:
         `partitions` None skips the count check, `lease_duration` None the
         lease checks (a reader holds no lease).
         """
-        require_topic(facts)
+        require_topic(facts, self.label)
+        label = self.label
         topic, servers = facts.topic, facts.servers
         if facts.cleanup_policy != "compact":
             raise StateTopicError(
-                f"the state topic {topic!r} has cleanup.policy="
+                f"the {label} {topic!r} has cleanup.policy="
                 f"{facts.cleanup_policy!r}; it must be exactly 'compact' "
                 f"(kafka-configs.sh --bootstrap-server {servers} --alter --entity-type "
                 f"topics --entity-name {topic} --add-config cleanup.policy=compact)"
             )
         if partitions is not None and facts.partitions != partitions:
             raise StateTopicError(
-                f"the state topic {topic!r} has {facts.partitions} partitions, but "
+                f"the {label} {topic!r} has {facts.partitions} partitions, but "
                 f"this member is configured with partitions={partitions}: configure every "
                 f"member with partitions={facts.partitions} (the real count; changing a "
-                "state topic's partition count moves roles between partitions)"
+                f"{label}'s partition count moves roles between partitions)"
             )
         if lease_duration is not None:
             lease_ms = round(lease_duration * 1000)
@@ -155,18 +163,18 @@ class StateTopicPolicy:
         if self._warned:
             return
         self._warned = True
-        topic = facts.topic
+        topic, label = facts.topic, self.label
         if facts.replication < RECOMMENDED_REPLICATION:
-            log.warning("the state topic %r has replication factor %d; use %d so leases "
-                        "survive the loss of a broker", topic, facts.replication,
+            log.warning("the %s %r has replication factor %d; use %d so leases "
+                        "survive the loss of a broker", label, topic, facts.replication,
                         RECOMMENDED_REPLICATION)
         if facts.min_insync_replicas < RECOMMENDED_MIN_ISR:
-            log.warning("the state topic %r has min.insync.replicas=%d; use %d so an "
-                        "acknowledged lease is on two brokers", topic,
+            log.warning("the %s %r has min.insync.replicas=%d; use %d so an "
+                        "acknowledged lease is on two brokers", label, topic,
                         facts.min_insync_replicas, RECOMMENDED_MIN_ISR)
         if facts.segment_ms > LONG_SEGMENT_MS:
-            log.warning("the state topic %r has segment.ms=%d; compaction only cleans closed "
-                        "segments, so set a short segment.ms (e.g. 600000)", topic,
+            log.warning("the %s %r has segment.ms=%d; compaction only cleans closed "
+                        "segments, so set a short segment.ms (e.g. 600000)", label, topic,
                         facts.segment_ms)
 
     def _warn_abort_interval(self, facts: TopicFacts, lease_ms: int) -> None:

@@ -1,8 +1,11 @@
-"""The seam between the protocol and the broker: four small protocols.
+"""The seam between the protocol and the broker: six small protocols.
 
 `KafkaTransport` implements them on a real cluster and `MemoryTransport` in
 process, for unit tests and deterministic simulation. The leadership logic
 sees only these methods, so what it relies on of Kafka is written here.
+Epoch mode uses the first four; term mode (docs/term-mode.md) uses
+`StateReader` and `Registrar` for the roster, and `TermLog` and
+`OutputWriter` instead of the transaction coordinator.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ __all__ = [
     "Coordinator",
     "GuardedTransaction",
     "LeaseWriter",
+    "OutputWriter",
     "PartitionRead",
     "PartitionTail",
     "Registrar",
     "StateReader",
+    "TermLog",
     "TopicCheck",
     "TopicFacts",
     "Transport",
@@ -178,5 +183,64 @@ class LeaseWriter(Protocol):
         ...
 
 
-class Transport(Coordinator, StateReader, Registrar, LeaseWriter, Protocol):
-    """All four protocols: what `acquire_leadership` needs."""
+class TermLog(Protocol):
+    """Term mode's referee: ``__coordination_terms``, through a plain idempotent producer.
+
+    No transactional producer and no InitProducerId: what a claim wins is
+    settled by the offset order of the role's partition alone.
+    """
+
+    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+        """Write one term record at `partition`; return its offset once acknowledged."""
+        ...
+
+    async def read_terms(self, partition: int) -> PartitionRead:
+        """Every record of `partition` from its first offset to its end.
+
+        Nothing on the terms topic is transactional, so the end is the high
+        watermark (and so is the stable offset).
+        """
+        ...
+
+    async def tail_terms(self, partition: int, from_offset: int) -> PartitionTail:
+        """Follow the terms topic's `partition` from `from_offset`."""
+        ...
+
+    async def check_terms_topic(self, partitions: int) -> TopicCheck:
+        """Refuse to run on a terms topic that would break term mode.
+
+        `StateTopicError` naming the fix when the topic is missing, not
+        exactly ``cleanup.policy=compact`` (a delete policy would lose claims,
+        and terms must never restart), or has another partition count than
+        `partitions` (the state topic's).
+        """
+        ...
+
+
+class OutputWriter(Protocol):
+    """A term-mode leader's writes to its declared output topics.
+
+    Idempotent, not transactional: each record is written once and in order
+    per partition, and what was acknowledged stays written whatever happens
+    to the leader; readers drop a superseded term's records by its header.
+    """
+
+    async def output_partitions(self, topic: str) -> int:
+        """How many partitions `topic` has now (a missing topic is a `TransportError`)."""
+        ...
+
+    async def write_output(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+    ) -> int:
+        """Write one record to `topic`'s `partition`; return its offset once acknowledged."""
+        ...
+
+
+class Transport(Coordinator, StateReader, Registrar, LeaseWriter, TermLog, OutputWriter,
+                Protocol):
+    """All six protocols: what `acquire_leadership` needs, in either fencing mode."""
