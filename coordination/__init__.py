@@ -47,6 +47,7 @@ from coordination.changes import (
 from coordination.clock import Clock, ManualClock, SystemClock
 from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.describe import describe_leadership, describe_role_state, describe_roles
+from coordination.epoch_tenure import EpochLeadership
 from coordination.errors import (
     ConfigurationError,
     CoordinationError,
@@ -145,6 +146,7 @@ __all__ = [
     "CoordinationError",
     "Coordinator",
     "Elected",
+    "EpochLeadership",
     "EpochLostError",
     "FencedError",
     "FencingToken",

@@ -16,6 +16,7 @@ import contextlib
 import logging
 
 from coordination.clock import Clock, SystemClock
+from coordination.epoch_tenure import EpochLeadership, hand_back
 from coordination.errors import FencedError, FormatError, TransportError
 from coordination.evaluate import Placement, Step, challenger_index, challengers, evaluate
 from coordination.follower import PartitionFollower
@@ -32,7 +33,7 @@ from coordination.records import (
     registration_key,
 )
 from coordination.state import RoleState
-from coordination.tenure import Leadership, hand_back
+from coordination.tenure import Leadership
 from coordination.token import FencingToken
 from coordination.transport import Transport
 
@@ -207,7 +208,7 @@ class _Candidate:
             raise
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
-        leadership = Leadership(self.transport, self.role, self.member, self.partition, token,
+        leadership = EpochLeadership(self.transport, self.role, self.member, self.partition, token,
                                 tenure, lease, self.options, self.clock, sent_mono)
         leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
         leadership.predecessor_until = predecessor_until

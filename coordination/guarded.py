@@ -1,6 +1,8 @@
 """Guarded transactions: the writes a tenure makes under its token.
 
-`Leadership.transaction()` opens one; `GuardedWriter` sends into it.
+`Leadership.transaction()` opens one and yields a `RecordWriter`: in epoch
+mode a `GuardedWriter`, which sends into the role's Kafka transaction; in
+term mode a `coordination.term_tenure.TermWriter`.
 `commit_lease` is the one composition of a lease record in a transaction of
 its own (a renewal, a resignation's tombstone) from the transport's
 primitives.
@@ -11,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from coordination.token import FencingToken
 from coordination.transport import GuardedTransaction, LeaseWriter
 
 if TYPE_CHECKING:
+    from coordination.epoch_tenure import EpochLeadership
     from coordination.tenure import Leadership
 
-__all__ = ["IN_TRANSACTION", "GuardedWriter", "commit_lease"]
+__all__ = ["IN_TRANSACTION", "GuardedWriter", "RecordWriter", "commit_lease"]
 
 log = logging.getLogger("coordination.leadership")
 
@@ -30,10 +33,24 @@ IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextV
 )
 
 
-class GuardedWriter:
-    """Sends records inside a guarded transaction of a `Leadership`."""
+class RecordWriter(Protocol):
+    """What the body of `Leadership.transaction()` writes with, in either mode."""
 
-    def __init__(self, leadership: Leadership, txn: GuardedTransaction) -> None:
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Add a record to the transaction; it is written only if the transaction commits."""
+        ...
+
+
+class GuardedWriter:
+    """Sends records inside a guarded transaction of an epoch-mode tenure."""
+
+    def __init__(self, leadership: EpochLeadership, txn: GuardedTransaction) -> None:
         self._leadership = leadership
         self._txn = txn
 
