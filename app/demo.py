@@ -15,7 +15,7 @@ import time
 
 import orjson
 
-from coordination import Leadership
+from coordination import Leadership, TermToken
 
 __all__ = ["DEMO_ROLE", "DEMO_TOPIC", "demo"]
 
@@ -27,11 +27,13 @@ INTERVAL = float(os.environ.get("COORDINATION_DEMO_INTERVAL", "0.5"))
 async def demo(leadership: Leadership) -> None:
     """Write one fenced record per interval while leading."""
     token = leadership.token
+    stamp: dict[str, int] = (
+        {"term": token.term} if isinstance(token, TermToken)
+        else {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch})
     sequence = 0
     while True:
         sequence += 1
-        record = {"member": leadership.member, "producer_id": token.producer_id,
-                  "producer_epoch": token.producer_epoch, "tenure": leadership.tenure,
+        record = {"member": leadership.member, **stamp, "tenure": leadership.tenure,
                   "seq": sequence, "t_ms": time.time_ns() // 1_000_000}
         async with leadership.transaction() as txn:
             await txn.send(DEMO_TOPIC, orjson.dumps(record), key=b"demo", partition=0)

@@ -58,6 +58,7 @@ from coordination.errors import (
     OutcomeUnknownError,
     StateTopicError,
     TransportError,
+    UndeclaredTopicError,
 )
 from coordination.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
 from coordination.fold import RoleFold, build_role_state
@@ -118,7 +119,8 @@ from coordination.term_records import (
     encode_term_key,
     heartbeat_key,
 )
-from coordination.token import NO_EPOCH, FencingToken
+from coordination.term_tenure import TermLeadership, TermWriter
+from coordination.token import NO_EPOCH, FencingToken, TermToken, Token
 from coordination.transport import (
     Coordinator,
     GuardedTransaction,
@@ -199,11 +201,16 @@ __all__ = [
     "TermFilter",
     "TermKey",
     "TermKind",
+    "TermLeadership",
     "TermStamp",
+    "TermToken",
+    "TermWriter",
+    "Token",
     "TopicCheck",
     "TopicFacts",
     "Transport",
     "TransportError",
+    "UndeclaredTopicError",
     "acquire_leadership",
     "barrier_key",
     "build_role_state",

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 
 from coordination.clock import Clock, SystemClock
 from coordination.epoch_tenure import EpochLeadership, hand_back
 from coordination.errors import FencedError, FormatError, TransportError
 from coordination.evaluate import Placement, Step, challenger_index, challengers, evaluate
 from coordination.follower import PartitionFollower
-from coordination.options import LeadershipOptions, check_name, resolve_options
+from coordination.options import Fencing, LeadershipOptions, check_name, resolve_options
 from coordination.partition import role_partition
 from coordination.records import (
     Lease,
@@ -34,6 +35,7 @@ from coordination.records import (
 )
 from coordination.state import RoleState
 from coordination.tenure import Leadership
+from coordination.term_candidate import acquire_term_leadership
 from coordination.token import FencingToken
 from coordination.transport import Transport
 
@@ -55,16 +57,21 @@ async def acquire_leadership(
     renew_interval: float | None = None,
     challenge_stagger: float | None = None,
     placement: Placement | None = None,
+    fencing: Fencing | None = None,
+    outputs: Iterable[str] | None = None,
     clock: Clock | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
-    Returns once this member has committed the first lease record of its
-    tenure under a freshly minted epoch. Timing and placement come from
-    `options` or from the separate keywords (defaults: `LeadershipOptions`);
-    every member of a role must use the same `placement`. Raises
+    In epoch mode (the default) returns an `EpochLeadership` once this
+    member has committed the first lease record of its tenure under a
+    freshly minted epoch; with ``fencing="term"`` a `TermLeadership` once
+    its claim of a new term won (`coordination.term_candidate`). Timing,
+    placement, fencing and the term-mode outputs come from `options` or
+    from the separate keywords (defaults: `LeadershipOptions`); every member
+    of a role must use the same `placement` and `fencing`. Raises
     `ValueError` before any I/O for a bad name or option, and
-    `StateTopicError` for a state topic the protocol cannot run on.
+    `StateTopicError` for a state or terms topic the protocol cannot run on.
 
     Cancel the call to stop waiting. A cancellation or error that arrives
     after the epoch was minted hands it back before it propagates: no lease
@@ -74,7 +81,10 @@ async def acquire_leadership(
     check_name("role", role)
     check_name("member", member)
     options = resolve_options(options, partitions, lease_duration, renew_interval,
-                              challenge_stagger, placement)
+                              challenge_stagger, placement, fencing, outputs)
+    if options.fencing == "term":
+        return await acquire_term_leadership(transport, role, member, options,
+                                             clock or SystemClock())
     check = await transport.check_topic(options.partitions, options.lease_duration)
     candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
                            check.abort_cleanup_interval_ms)

@@ -26,6 +26,7 @@ __all__ = [
     "OutcomeUnknownError",
     "StateTopicError",
     "TransportError",
+    "UndeclaredTopicError",
     "UntestedVersionError",
     "retryable",
 ]
@@ -133,6 +134,15 @@ class OutcomeUnknownError(CoordinationError):
 class InvalidStateError(CoordinationError, RuntimeError):
     """A call the object's lifecycle state does not allow, such as resigning a
     tenure from inside that tenure's own transaction (it would wait for itself).
+    """
+
+
+class UndeclaredTopicError(CoordinationError, ValueError):
+    """A term-mode leader was asked to write to a topic it did not declare.
+
+    Readers learn a new term from the barriers on the declared topics
+    (`LeadershipOptions.outputs`) only, so a record elsewhere could never be
+    fenced: it is refused before anything is written.
     """
 
 

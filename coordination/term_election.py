@@ -13,7 +13,7 @@ current term (`TermView.sign_offset` moved), or began reading if it has read
 none. After the holder's resign, or when the role was never claimed, there
 is no silence to wait out: the first challenger claims at once. Timing only
 decides who tries when; the offset order of the claims decides who wins.
-Internal for now: the election loop that will call it is not built.
+`coordination.term_candidate` is the election loop that calls it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordination.evaluate import challenge_order, stagger_ms
+from coordination.evaluate import Placement, challenge_order, stagger_ms
 from coordination.term_fold import TermView
 
 __all__ = ["TermAction", "TermStep", "deposed", "evaluate_term"]
@@ -58,6 +58,9 @@ def evaluate_term(
     election_timeout_ms: int,
     challenge_stagger: float,
     term: int = 0,
+    *,
+    role: str = "",
+    placement: Placement = "registration",
 ) -> TermStep:
     """Decide `member`'s next step: lead, register, claim, or wait.
 
@@ -69,7 +72,8 @@ def evaluate_term(
     while a holder has not resigned, and 0 after a resign or for a role
     never claimed. A holder named `member` that is not leading `term` (a
     previous incarnation, or a second process with the same member id) makes
-    `member` the holder for ranking, so it claims last.
+    `member` the holder for ranking, so it claims last. `role` and
+    `placement` order the challengers as in epoch mode (`challenge_order`).
     """
     if election_timeout_ms < 0:
         raise ValueError(f"election_timeout_ms must not be negative, got {election_timeout_ms}")
@@ -79,7 +83,7 @@ def evaluate_term(
     if member not in roster:
         return TermStep("register", now_ms, 0)
     timeout = 0 if holder is None or view.resigned else election_timeout_ms
-    n = challenge_order(roster, holder, member)
+    n = challenge_order(roster, holder, member, role=role, placement=placement)
     slot = quiet_since_ms + timeout + n * stagger_ms(challenge_stagger)
     if now_ms >= slot:
         return TermStep("claim", now_ms, view.term + 1)

@@ -21,8 +21,7 @@ the compacted partition agrees on the highest term and its holder, provided
 writers keep the one rule the fold cannot check: a member claims a term at
 most once (a second claim would share the first one's key, and compaction
 could keep only the later, which may follow another member's claim).
-Internal for now: the election loop that will use it is not built
-(docs/term-mode.md#built-so-far-and-not-yet-built).
+`coordination.term_follower` keeps one current for a candidate and a leader.
 """
 
 from __future__ import annotations

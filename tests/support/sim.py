@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from coordination import (
     STATE_TOPIC,
+    TERMS_TOPIC,
     Clock,
     FencedError,
     FencingToken,
@@ -50,6 +51,7 @@ class Cluster:
         self.clock = ManualClock()
         self.broker = MemoryBroker(clock=self.clock)
         self.broker.create_topic(STATE, partitions)
+        self.broker.create_topic(TERMS_TOPIC, partitions)
         self.broker.create_topic("out", 1, compacted=False)
 
     def transport(self) -> MemoryTransport:
@@ -58,7 +60,7 @@ class Cluster:
 
     def candidate(
         self, member: str, role: str = "billing", transport: MemoryTransport | None = None,
-        clock: Clock | None = None, **options: float,
+        clock: Clock | None = None, **options: Any,
     ) -> asyncio.Task[Leadership]:
         """Start `member`'s acquire_leadership as a task, in its own process."""
         settings = {"lease_duration": LEASE, "renew_interval": RENEW,

@@ -1,0 +1,109 @@
+"""A term-mode member's view of its role's partition of the terms topic.
+
+Read once, then tailed: records are folded into the role's `TermView` as
+they arrive (`coordination.term_fold`), so neither a standby nor the leader
+re-reads the partition. `quiet_since_ms` is when, on this member's monotonic
+clock, it read the latest sign of life of the current term (the view's
+`sign_offset` moved), or began reading: a standby's election timeout runs
+from there (docs/term-mode.md#the-election-rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from coordination.clock import Clock
+from coordination.state import Record
+from coordination.term_fold import TermFold, TermView
+from coordination.transport import PartitionRead, PartitionTail, TermLog
+
+__all__ = ["TermFollower"]
+
+
+class TermFollower:
+    """One role's `TermView`, kept current by a tail of its terms partition."""
+
+    def __init__(self, log: TermLog, partition: int, role: str, clock: Clock) -> None:
+        self._log = log
+        self.partition = partition
+        self.role = role
+        self._clock = clock
+        self._fold = TermFold(role)
+        self._next_offset = 0
+        self.end_offset = 0
+        """The partition's end as of the last read: every record below it is folded."""
+        self.quiet_since_ms = clock.monotonic_ms()
+        self._sign: int | None = None
+        self._tail: PartitionTail | None = None
+        self._pending: asyncio.Future[PartitionRead] | None = None
+
+    @property
+    def view(self) -> TermView:
+        """The role's view as of the records read so far (live: do not keep it)."""
+        return self._fold.view
+
+    async def read_to_end(self) -> None:
+        """Read the partition to its end now (a claimant's read back to its claim).
+
+        Only records past what was folded are applied; a tail started before
+        is kept, and skips what this read already folded.
+        """
+        read = await self._log.read_terms(self.partition)
+        self._apply(read)
+        if self._tail is None:
+            self._tail = await self._log.tail_terms(self.partition, read.high_watermark)
+
+    async def wait(self, until_monotonic_ms: int | None) -> bool:
+        """Wait for new records, or for `until_monotonic_ms` on the monotonic clock.
+
+        Returns True when records arrived. Cancelling it loses nothing: the
+        pending read is kept for the next call.
+        """
+        if self._tail is None:
+            await self.read_to_end()
+        assert self._tail is not None
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._tail.next())
+        waiters: list[asyncio.Future[Any]] = [self._pending]
+        sleeper = None
+        if until_monotonic_ms is not None:
+            sleeper = asyncio.ensure_future(self._clock.sleep_until_monotonic(until_monotonic_ms))
+            waiters.append(sleeper)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if sleeper is not None:
+                sleeper.cancel()
+        if not self._pending.done():
+            return False
+        read = self._pending.result()
+        self._pending = None
+        self._apply(read)
+        return True
+
+    def _apply(self, read: PartitionRead) -> None:
+        self._fold_new(read.records)
+        self.end_offset = max(self.end_offset, read.high_watermark)
+
+    def _fold_new(self, records: list[Record]) -> None:
+        for record in records:
+            if record.offset >= self._next_offset:
+                self._fold.apply(record)
+                self._next_offset = record.offset + 1
+        sign = self._fold.view.sign_offset
+        if sign != self._sign:
+            self._sign = sign
+            self.quiet_since_ms = self._clock.monotonic_ms()
+
+    async def close(self) -> None:
+        """Stop tailing."""
+        if self._pending is not None:
+            self._pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pending
+            self._pending = None
+        if self._tail is not None:
+            await self._tail.close()
+            self._tail = None
