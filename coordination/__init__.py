@@ -59,6 +59,7 @@ from coordination.errors import (
     TransportError,
 )
 from coordination.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
+from coordination.events import LeadershipEvent
 from coordination.fold import RoleFold, build_role_state
 from coordination.guarded import GuardedWriter
 from coordination.kafka import (
@@ -130,6 +131,7 @@ from coordination.transport import (
     TopicFacts,
     Transport,
 )
+from coordination.watch import RoleChange, RoleWatch, Since, watch_roles
 
 __all__ = [
     "NO_EPOCH",
@@ -161,6 +163,7 @@ __all__ = [
     "Kind",
     "LeaderRunner",
     "Leadership",
+    "LeadershipEvent",
     "LeadershipOptions",
     "LeadershipStatus",
     "Lease",
@@ -180,12 +183,15 @@ __all__ = [
     "Registration",
     "Renewed",
     "Resigned",
+    "RoleChange",
     "RoleFold",
     "RoleFunction",
     "RoleState",
+    "RoleWatch",
     "RosterEntry",
     "RunnerObserver",
     "RunnerState",
+    "Since",
     "Skipped",
     "StateReader",
     "StateTopicError",
@@ -233,4 +239,5 @@ __all__ = [
     "rendezvous_weight",
     "role_partition",
     "to_positive",
+    "watch_roles",
 ]
