@@ -38,7 +38,7 @@ from app.routing import Unreachable, fetch_json, owner_of
 from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
-from tables.role_view import detail, merged_state, skips_of_values, summary
+from tables.role_view import detail, merged_state, row, skips_of_values
 
 __all__ = ["Views", "install", "json_errors"]
 
@@ -147,7 +147,7 @@ class Views:
             value = role_state.decode(raw)
             if owned is not None and value.partition not in owned:
                 continue
-            rows.append(summary(merged_state(value, None), now_ms))
+            rows.append(row(value, now_ms))
         return sorted(rows, key=lambda row: row["role"])
 
     def _local_detail(self, role: str, now_ms: int) -> web.Response:
@@ -158,7 +158,7 @@ class Views:
         raw_partition = self.ctx.tables.partition_state.get(partition_key(value.partition))
         skipped = None if raw_partition is None else partition_state.decode(raw_partition)
         body = detail(merged_state(value, skipped), skips_of_values(value, skipped),
-                      value.partition, now_ms)
+                      value.partition, now_ms, value.last_offset)
         body["served_by"] = str(self.ctx.app.conf.canonical_url)
         return web.json_response(body)
 

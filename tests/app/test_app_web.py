@@ -138,7 +138,7 @@ async def get(session: aiohttp.ClientSession, url: str):
         return response.status, ctype, body
 
 
-SUMMARY_FIELDS = {"role", "holder", "token", "deadline", "status", "members"}
+SUMMARY_FIELDS = {"role", "holder", "token", "deadline", "status", "members", "offset"}
 
 
 async def test_roles_gathers_every_worker_in_the_documented_shape(workers):
@@ -153,10 +153,12 @@ async def test_roles_gathers_every_worker_in_the_documented_shape(workers):
         assert rows[A_ROLE] == {
             "role": A_ROLE, "holder": "a", "token": {"producer_id": 1000, "producer_epoch": 3},
             "deadline": NOW + 29_000, "status": "held", "members": 2,
+            "offset": 2,  # the last of its records folded (the garbage key is the partition's)
         }
         assert rows[B_ROLE]["status"] == "lapsed"
         assert rows[A_OTHER] == {"role": A_OTHER, "holder": None, "token": None,
-                                 "deadline": None, "status": "vacant", "members": 1}
+                                 "deadline": None, "status": "vacant", "members": 1,
+                                 "offset": 0}
         assert body["unavailable"] == []
 
 
