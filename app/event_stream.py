@@ -17,8 +17,10 @@ dropped us), or when this worker stops. ``: keepalive`` comments every
 client be noticed.
 
 aiohttp serves the stream (`web.StreamResponse`); the framing is written
-here by hand because neither aiohttp nor Faust provides server-sent events,
-and the format is four lines of the HTML standard.
+here by hand: neither aiohttp nor Faust provides server-sent events, the
+format is a few lines of the HTML standard (``data:``, ``retry:``, comments),
+and the relay must parse it too, which the maintained server-side package
+(aiohttp-sse) does not do (docs/decisions.md, "Watchers").
 """
 
 from __future__ import annotations

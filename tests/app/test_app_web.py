@@ -325,12 +325,15 @@ async def test_metrics_are_openmetrics_when_the_scraper_asks_for_it(workers):
     assert "# TYPE coordination_elections counter" in text
 
 
-async def test_the_dashboard_is_html_that_polls_the_api(workers):
+async def test_the_dashboard_is_one_self_contained_page_that_follows_the_events(workers):
     a, _, session, _ = workers
     status, ctype, text = await get(session, f"{a.url}/")
     assert (status, ctype) == (200, "text/html")
-    assert 'getJson("/roles/")' in text
-    assert "setInterval(refresh, 1000)" in text
+    assert 'new EventSource("/events/")' in text
+    assert text.count('fetch("/roles/"') == 1  # the listing, read once (the browser test
+    # checks that it is not asked again)
+    for external in ("http://", "https://", "<script src", "<link", "@import", "url("):
+        assert external not in text
 
 
 async def test_a_role_detail_reports_tenures_begun_out_of_the_workers_placement_order(workers):
