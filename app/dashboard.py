@@ -192,7 +192,9 @@ function handle(ev) {
   handled += 1;
   document.body.dataset.events = String(handled);
   if (ev.member) workers.add(ev.member);
-  feedEvents.unshift(ev);
+  // Newest first by the record's time: the workers' replays interleave on arrival.
+  feedEvents.push(ev);
+  feedEvents.sort((a, b) => b.timestamp - a.timestamp || b.offset - a.offset);
   feedEvents.length = Math.min(feedEvents.length, FEED_LENGTH);
   applyToTimeline(ev);
   if (loaded) applyToRole(ev); else early.push(ev);
@@ -206,7 +208,9 @@ function schedule() {
 }
 
 function timeline(role, now) {
-  const cell = el("td", null, "timeline");
+  const cell = el("td");
+  const bar = el("div", null, "timeline");
+  cell.append(bar);
   const list = tenures.get(role) || [];
   if (!list.length) return cell;
   const start = Math.min(...list.map(t => t.from || now));
@@ -219,7 +223,7 @@ function timeline(role, now) {
     part.style.flexBasis = Math.max(2, 100 * (to - (t.from || start)) / span) + "%";
     part.title = t.member + ": " + clock(t.from) + " \u2013 " +
       (t.end ? clock(to) + " (" + t.end + ")" : "now");
-    cell.append(part);
+    bar.append(part);
   }
   return cell;
 }
@@ -232,9 +236,11 @@ function render() {
       (tenures.get(r.role) || []).some(t => matches(t.member))).map(r => {
     const tr = document.createElement("tr");
     tr.dataset.role = r.role;
+    const open = (tenures.get(r.role) || []).find(t => t.end === null && t.member === r.holder);
+    const since = r.since || (r.holder && open ? open.from : null);
     tr.append(el("td", r.role, "role"), el("td", r.status, "status " + r.status),
               el("td", r.holder === null ? "\u2014" : r.holder, "holder"),
-              el("td", tokenText(r.token), "token"), el("td", clock(r.since), "since"),
+              el("td", tokenText(r.token), "token"), el("td", clock(since), "since"),
               el("td", String(r.members), "members"), timeline(r.role, now));
     return tr;
   }));

@@ -9,6 +9,7 @@ wiped data directory. Every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -272,7 +273,7 @@ async def _dashboard_follows_the_events(group: AppGroup, worker: AppWorker) -> N
     async with Browser() as browser, \
             KafkaTransport(group.bootstrap, topic=group.state_topic) as transport:
         await browser.open(worker.url + "/")
-        await until("document.body.dataset.stream", lambda s: s == "open",
+        await until("document.body && document.body.dataset.stream", lambda s: s == "open",
                     "the EventSource connected")
         shown = await until(ROWS, lambda rows: {DEMO, *EXTRA_ROLES} <= set(rows or {}),
                             "every role listed")
@@ -302,6 +303,16 @@ async def _dashboard_follows_the_events(group: AppGroup, worker: AppWorker) -> N
             " [li.dataset.worker, Number(li.querySelector('.count').textContent)]))")
         holder = next(row["holder"] for row in api["roles"] if row["role"] == DEMO)
         assert workers[holder] >= 1
+
+        # The filter keeps the roles whose name or worker matches.
+        async def filtered(text: str) -> set[str]:
+            await browser.evaluate(
+                "(() => { const f = document.getElementById('filter'); "
+                f"f.value = {json.dumps(text)}; f.dispatchEvent(new Event('input')); }})()")
+            return set(await browser.evaluate(ROWS))
+        assert await filtered(late) == {late}
+        assert await filtered(holder) == {DEMO}  # the only role it holds, or held while seen
+        assert await filtered("") >= {DEMO, late, *EXTRA_ROLES}
 
         after = browser.requests[loaded:]
         assert [r["url"] for r in after if "/roles/" in r["url"]] == []  # no polling
