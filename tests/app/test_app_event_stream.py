@@ -234,3 +234,13 @@ async def test_a_bad_role_filter_is_a_400(two_workers):
     async with session.get(f"{a.url}/events/?role=") as response:
         assert response.status == 400
         assert "role name" in (await response.json())["error"]
+
+
+async def test_the_web_servers_shutdown_ends_the_open_streams_first(two_workers):
+    a, _, session = two_workers
+    stream = await open_stream(session, f"{a.url}/events/?scope=local")
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(a.server.close())  # aiohttp's shutdown: on_shutdown first
+    assert await stream.comments_until_the_end() == [
+        ": end: this worker's feed ended: the worker is stopping"]
+    await asyncio.wait_for(closing, WITHIN)
