@@ -61,6 +61,7 @@ from coordination.errors import (
     UndeclaredTopicError,
 )
 from coordination.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
+from coordination.events import LeadershipEvent
 from coordination.fold import RoleFold, build_role_state
 from coordination.guarded import GuardedWriter
 from coordination.kafka import (
@@ -133,6 +134,7 @@ from coordination.transport import (
     TopicFacts,
     Transport,
 )
+from coordination.watch import RoleChange, RoleWatch, Since, watch_roles
 
 __all__ = [
     "NO_EPOCH",
@@ -165,6 +167,7 @@ __all__ = [
     "Kind",
     "LeaderRunner",
     "Leadership",
+    "LeadershipEvent",
     "LeadershipOptions",
     "LeadershipStatus",
     "Lease",
@@ -184,12 +187,15 @@ __all__ = [
     "Registration",
     "Renewed",
     "Resigned",
+    "RoleChange",
     "RoleFold",
     "RoleFunction",
     "RoleState",
+    "RoleWatch",
     "RosterEntry",
     "RunnerObserver",
     "RunnerState",
+    "Since",
     "Skipped",
     "StateReader",
     "StateTopicError",
@@ -242,4 +248,5 @@ __all__ = [
     "rendezvous_weight",
     "role_partition",
     "to_positive",
+    "watch_roles",
 ]
