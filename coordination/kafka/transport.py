@@ -93,7 +93,7 @@ from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.topic_policy import StateTopicPolicy, TopicFacts, require_topic
-from coordination.transport import PartitionRead, TopicCheck
+from coordination.transport import PartitionRead, TopicCheck, require_key_or_value
 
 if TYPE_CHECKING:
     from coordination.transport import Transport
@@ -386,6 +386,7 @@ class KafkaTransport:
         to the leader afterwards. Returns the record's offset.
         """
         self._check_open()
+        require_key_or_value(key, value)
         if topic not in self._existing:
             await self.output_partitions(topic)
         return await self._send_plain(topic, partition, key, value, headers)
