@@ -7,7 +7,9 @@ are the same), follows its role's partition of the terms topic, and when
 it has seen plus one and reads the partition back to its claim: it leads if
 its claim is the first of its term in offset order
 (docs/term-mode.md#the-election-rule). No transactional producer is created
-and no InitProducerId is sent; the offset order is the referee.
+and no InitProducerId names the role (the plain idempotent producer's own,
+with a null transactional id, mints no role's epoch): the offset order is
+the referee.
 """
 
 from __future__ import annotations
