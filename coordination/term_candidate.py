@@ -23,12 +23,7 @@ from coordination.evaluate import ordered_challengers
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
-from coordination.records import (
-    Registration,
-    encode_key,
-    encode_registration,
-    registration_key,
-)
+from coordination.registration import deregister, register
 from coordination.tenure import through_cancellation
 from coordination.term_election import evaluate_term
 from coordination.term_follower import TermFollower
@@ -137,12 +132,8 @@ class _TermCandidate:
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""
-        registration = Registration(self.member, self.clock.now_ms())
-        self.registered_offset = await self.transport.append(
-            self.partition,
-            encode_key(registration_key(self.role, self.member)),
-            encode_registration(registration),
-        )
+        self.registered_offset = await register(self.transport, self.partition, self.role,
+                                                self.member, self.clock.now_ms())
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
     async def _claim(self, term: int, roster: list[str]) -> TermLeadership | None:
@@ -199,8 +190,7 @@ class _TermCandidate:
 
     async def _deregister(self, members: list[str]) -> None:
         for member in members:
-            await self.transport.append(
-                self.partition, encode_key(registration_key(self.role, member)), None)
+            await deregister(self.transport, self.partition, self.role, member)
             log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
 
     async def _give_back(self, term: int, offset: int) -> None:
