@@ -1,0 +1,177 @@
+"""Rebalancing balanced roles by handover, never by preemption.
+
+Under ``placement="balanced"`` a role's challengers are ordered by a
+rendezvous hash, so a group's roles spread over its members as they
+acquire them; but a live holder is never preempted, so a member that joins
+a running group gets nothing until a failover, and a hash split is only
+binomially even. Rebalancing evens it out with the one move the protocol
+already has, a clean handover (docs/design.md#rebalancing):
+
+- The **fair share** is ``ceil(roles / live members)``, the roles being
+  those this member sees (every member of a group hosts the same roles).
+- A member holding more than its fair share hands over surplus roles, **one
+  at a time**, at most one per `Rebalancer.interval`.
+- A role is handed over only to its **successor**: the member its
+  placement puts first among the others (`ordered_challengers` without the
+  holder), which is who claims it at once after the resignation. So the
+  handover is a resignation; no rule of the election changes. It is done only
+  when the successor is live, registered for the role, and holds fewer roles
+  than its fair share, so moves never overshoot and never oscillate.
+- The runner's clean stop does the rest: the function stops first, then the
+  role is resigned (the registration kept), and the successor takes it within
+  its election round trip; a successor that died meanwhile leaves the role to
+  the next in order one stagger later.
+
+`plan` is pure: the decision at one instant from the roles' states. It is
+the seed's ``LastPlan``: what was counted, the fair share, and the moves, in
+order, with the reason for each. `Rebalancer` enacts the first move of each
+plan through the roles' `LeaderRunner`s and keeps the last plan and the
+moves it made for observers. Which members are **live** is the caller's
+knowledge (the worker's group membership, a test's list): the state topic
+says who registered, not who is still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from coordination.clock import Clock
+from coordination.evaluate import ordered_challengers
+from coordination.runner import LeaderRunner, RunnerState
+from coordination.state import RoleState
+
+__all__ = ["Move", "Plan", "Rebalancer", "plan"]
+
+log = logging.getLogger("coordination.rebalance")
+
+MOVES_KEPT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """`giver` hands `role` to `taker` by resigning it; `reason` says why."""
+
+    role: str
+    giver: str
+    taker: str
+    reason: str
+    at_ms: int = 0
+    """When it was enacted (wall-clock epoch ms); 0 while only planned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One member's rebalancing decision at `at_ms`.
+
+    `held` counts the live leases of each live member among the `roles`
+    seen; `moves` are the handovers this member would make, first first
+    (`Rebalancer` enacts only the first, then plans again).
+    """
+
+    member: str
+    at_ms: int
+    roles: int
+    members: tuple[str, ...]
+    fair_share: int
+    held: Mapping[str, int]
+    moves: tuple[Move, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The plan as the web view and the API show it."""
+        return {"member": self.member, "at": self.at_ms, "roles": self.roles,
+                "members": list(self.members), "fair_share": self.fair_share,
+                "held": dict(sorted(self.held.items())),
+                "moves": [{"role": m.role, "from": m.giver, "to": m.taker,
+                           "reason": m.reason} for m in self.moves]}
+
+
+def _holder(state: RoleState, now_ms: int) -> str | None:
+    lease = state.lease
+    return lease.member if lease is not None and now_ms < lease.deadline else None
+
+
+def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
+         now_ms: int) -> Plan:
+    """What `member` should hand over now to even out the balanced roles in `states`.
+
+    `live` names the members known to be running (`member` counts as live
+    whatever it says). Roles are considered in name order, so two members
+    planning from one state agree on what each would move.
+    """
+    members = tuple(sorted(set(live) | {member}))
+    holders = {role: _holder(state, now_ms) for role, state in states.items()}
+    held = Counter(holder for holder in holders.values() if holder in members)
+    counts = {name: held.get(name, 0) for name in members}
+    fair = math.ceil(len(states) / len(members)) if states else 0
+    surplus = counts[member] - fair
+    moves: list[Move] = []
+    taking = Counter[str]()
+    for role in sorted(states):
+        if len(moves) >= surplus:
+            break
+        if holders[role] != member:
+            continue
+        roster = [name for name in states[role].roster if name in members]
+        order = ordered_challengers(roster, member, role=role, placement="balanced")
+        if not order:
+            continue
+        taker = order[0]
+        if counts[taker] + taking[taker] >= fair:
+            continue
+        taking[taker] += 1
+        moves.append(Move(role, member, taker, (
+            f"{member} holds {counts[member]} of {len(states)} roles, over the fair share of "
+            f"{fair} among {len(members)} live members; {taker}, which holds "
+            f"{counts[taker]}, is the role's successor")))
+    return Plan(member, now_ms, len(states), members, fair, counts, tuple(moves))
+
+
+@dataclass(slots=True)
+class Rebalancer:
+    """Enacts `member`'s rebalancing plans through its roles' runners.
+
+    Every `interval` seconds (on `clock`'s monotonic time) it plans from
+    `states()` and `live()`, keeps the plan in `last_plan`, and steps down
+    from the first planned role whose runner leads (keeping the registration,
+    so the member stays a candidate). One handover per interval bounds the
+    rate; choose an interval longer than the challenge stagger so each
+    handover has settled before the next plan counts it. `moves` keeps the
+    latest handovers made, newest last.
+    """
+
+    member: str
+    runners: Mapping[str, LeaderRunner]
+    states: Callable[[], Mapping[str, RoleState]]
+    live: Callable[[], Collection[str]]
+    clock: Clock
+    interval: float = 10.0
+    last_plan: Plan | None = None
+    moves: list[Move] = field(default_factory=list)
+
+    def step(self) -> Move | None:
+        """Plan once and hand over the first planned role this member leads."""
+        now = self.clock.now_ms()
+        decided = plan(self.states(), self.member, self.live(), now)
+        self.last_plan = decided
+        for move in decided.moves:
+            runner = self.runners.get(move.role)
+            if runner is None or runner.state is not RunnerState.LEADING:
+                continue
+            runner.step_down()
+            made = Move(move.role, move.giver, move.taker, move.reason, now)
+            self.moves = [*self.moves, made][-MOVES_KEPT:]
+            log.info("%s: handing %s to %s: %s", self.member, move.role, move.taker,
+                     move.reason)
+            return made
+        return None
+
+    async def run(self) -> None:
+        """Step every `interval` until cancelled."""
+        interval_ms = round(self.interval * 1000)
+        while True:
+            await self.clock.sleep_until_monotonic(self.clock.monotonic_ms() + interval_ms)
+            self.step()
