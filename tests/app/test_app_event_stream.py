@@ -139,15 +139,12 @@ async def two_workers():
 
 
 class Stream:
-    """A client of a server-sent events stream: its messages, read with a deadline.
-
-    The ``retry`` fields and the comments it reads are kept aside, in `retries` and
-    `comments`."""
+    """A client of a server-sent events stream: its messages, read with a deadline
+    (comments skipped, ``retry`` fields kept aside in `retries`)."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self.response = response
         self.retries: list[int] = []
-        self.comments: list[str] = []
 
     async def message(self) -> dict[str, str]:
         """The next message's fields; none once the stream has ended."""
@@ -156,8 +153,8 @@ class Stream:
             while raw := await self.response.content.readline():
                 line = raw.decode().rstrip("\r\n")
                 if line.startswith(":"):
-                    self.comments.append(line)
-                elif line.startswith("retry: "):
+                    continue
+                if line.startswith("retry: "):
                     self.retries.append(int(line[len("retry: "):]))
                 elif line:
                     name, _, value = line.partition(": ")
