@@ -6,21 +6,24 @@ streams every worker's: its own, and each other worker's ``scope=local``
 stream relayed (the workers are those owning partitions, looked up again
 every `PEER_CHECK` seconds, so a worker that joins is relayed from then on).
 Either way a client is first sent each worker's recent events, then every
-new one, one ``data:`` line of the event's JSON (docs/events.md) per event.
+new one, one message of the event's JSON (docs/events.md) per event.
 
 A client dedupes by ``(role, kind, offset)``: recent events are sent again
 after every reconnect, and an event can repeat after a rebalance. The stream
-ends (and an ``EventSource`` reconnects after ``retry``) when this client
+ends, with an ``end`` event whose data says why (an ``EventSource``
+reconnects after ``retry``, sent with the first message), when this client
 falls too far behind, when a relayed worker's stream ends (it stopped, or
-dropped us), or when this worker stops. ``: keepalive`` comments every
-`HEARTBEAT` seconds keep proxies from closing an idle stream and let a gone
-client be noticed.
+dropped us), or when this worker stops. A ``: ping`` comment every
+`HEARTBEAT` seconds keeps proxies from closing an idle stream and lets a
+gone client be noticed.
 
-aiohttp serves the stream (`web.StreamResponse`); the framing is written
-here by hand: neither aiohttp nor Faust provides server-sent events, the
-format is a few lines of the HTML standard (``data:``, ``retry:``, comments),
-and the relay must parse it too, which the maintained server-side package
-(aiohttp-sse) does not do (docs/decisions.md, "Watchers").
+aio-libs' aiohttp-sse serves the stream: the framing, the headers (with
+``X-Accel-Buffering: no``, so a proxy does not hold the events back), the
+ping, and cutting off a client that stalls for 120 s (its send timeout).
+The relay's parsing of a worker's stream is written here by hand: no
+maintained client package exists (aiohttp-sse-client was last released in
+2021), and the relay needs only ``data:`` and ``event:`` (docs/decisions.md,
+"Watchers").
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp_sse import EventSourceResponse, sse_response
 
 from app.feed import QUEUE_SIZE, Dropped, EventFeed, Subscription
 
@@ -41,7 +45,7 @@ __all__ = ["HEARTBEAT", "PEER_CHECK", "RETRY_MS", "stream_events"]
 log = logging.getLogger("app.event_stream")
 
 HEARTBEAT = 15.0
-"""Seconds between keepalive comments on an idle stream."""
+"""Seconds between ping comments."""
 RETRY_MS = 2000
 """How long an EventSource waits before it reconnects."""
 PEER_CHECK = 5.0
@@ -60,13 +64,6 @@ async def stream_events(request: web.Request, feed: EventFeed, *, peers: Peers |
                         session: Any, roles: Collection[str] = ()) -> web.StreamResponse:
     """Serve the events of `feed` (and of `peers`, relayed) until the stream ends."""
     wanted = frozenset(roles)
-    response = web.StreamResponse(headers={
-        "Content-Type": "text/event-stream",
-        "Cache-Control": "no-cache",
-        "X-Accel-Buffering": "no",  # a proxy that buffers would hold the events back
-    })
-    await response.prepare(request)
-    await response.write(f"retry: {RETRY_MS}\n\n".encode())
     out: asyncio.Queue[bytes | _End] = asyncio.Queue(QUEUE_SIZE)
 
     def offer(item: bytes | _End) -> None:
@@ -77,31 +74,44 @@ async def stream_events(request: web.Request, feed: EventFeed, *, peers: Peers |
                 out.get_nowait()
             out.put_nowait(_End(f"the client fell {QUEUE_SIZE} events behind"))
 
-    subscription = feed.subscribe()
-    tasks = [asyncio.ensure_future(_local(subscription, wanted, offer))]
-    if peers is not None:
-        tasks.append(asyncio.ensure_future(_relay_all(peers, session, wanted, offer)))
+    async with sse_response(request, ping_interval=HEARTBEAT) as response:
+        subscription = feed.subscribe()
+        sending = asyncio.ensure_future(_send(response, out))
+        sending.add_done_callback(lambda _: response.stop_streaming())
+        tasks = [asyncio.ensure_future(_local(subscription, wanted, offer))]
+        if peers is not None:
+            tasks.append(asyncio.ensure_future(_relay_all(peers, session, wanted, offer)))
+        try:
+            # Until the sending ends (stop_streaming), or aiohttp-sse's ping finds the
+            # client gone: Faust's web server does not cancel the handler of a client
+            # that left, so an idle stream would otherwise be served forever.
+            await response.wait()
+        finally:
+            subscription.close()
+            for task in [sending, *tasks]:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending  # a bug in it is raised, not hidden
+    return response
+
+
+async def _send(response: EventSourceResponse, out: asyncio.Queue[bytes | _End]) -> None:
+    # aiohttp-sse sends a retry only with a message: the first one, whatever it is
+    # (an EventSource keeps the value).
+    retry: int | None = RETRY_MS
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(out.get(), HEARTBEAT)
-            except TimeoutError:
-                await response.write(b": keepalive\n\n")
-                continue
+            item = await out.get()
             if isinstance(item, _End):
-                await response.write(f": end: {item}\n\n".encode())
-                break
-            await response.write(b"data: " + item + b"\n\n")
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        pass  # the client went away
-    finally:
-        subscription.close()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-    return response
+                await response.send(str(item), event="end", retry=retry)
+                return
+            await response.send(item.decode(), retry=retry)
+            retry = None
+    except (ConnectionResetError, TimeoutError):
+        pass  # the client went away, or stalled and aiohttp-sse cut it off
 
 
 async def _local(subscription: Subscription, wanted: frozenset[str],
@@ -150,13 +160,17 @@ async def _relay(url: str, session: Any, wanted: frozenset[str],
                 log.warning("worker %s answered %d to /events/", url, answer.status)
                 return
             data: list[bytes] = []
+            kind = b""
             async for line in answer.content:
                 line = line.rstrip(b"\r\n")
                 if line.startswith(b"data:"):
                     data.append(line[5:].lstrip(b" "))
-                elif not line and data:
-                    offer(b"\n".join(data))
-                    data = []
+                elif line.startswith(b"event:"):
+                    kind = line[6:].strip()
+                elif not line:
+                    if data and not kind:  # its `end` event is followed by the close
+                        offer(b"\n".join(data))
+                    data, kind = [], b""
     except (aiohttp.ClientError, TimeoutError) as exc:
         if not isinstance(exc, aiohttp.ClientConnectorError):
             offer(_End(f"the stream of worker {url} broke: {exc!r}"))

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from agents.fold import apply_record
 from app.event_stream import RETRY_MS
@@ -138,25 +139,44 @@ async def two_workers():
 
 
 class Stream:
-    """A client of a server-sent events stream: its lines, read with a deadline."""
+    """A client of a server-sent events stream: its messages, read with a deadline
+    (comments skipped, ``retry`` fields kept aside in `retries`)."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self.response = response
+        self.retries: list[int] = []
+
+    async def message(self) -> dict[str, str]:
+        """The next message's fields; none once the stream has ended."""
+        fields: dict[str, str] = {}
+        async with asyncio.timeout(WITHIN):
+            while raw := await self.response.content.readline():
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith(":"):
+                    continue
+                if line.startswith("retry: "):
+                    self.retries.append(int(line[len("retry: "):]))
+                elif line:
+                    name, _, value = line.partition(": ")
+                    assert name not in fields, line  # one data line per message
+                    fields[name] = value
+                elif fields:
+                    return fields
+        assert not fields, fields  # a message cut by the end of the stream
+        return fields
 
     async def data(self) -> dict:
-        """The next event's JSON (comments and other fields are skipped)."""
-        async with asyncio.timeout(WITHIN):
-            while True:
-                line = (await self.response.content.readline()).decode().rstrip("\n")
-                if line.startswith("data: "):
-                    assert await self.response.content.readline() == b"\n"
-                    return json.loads(line[len("data: "):])
-                assert line == "" or line.startswith((":", "retry: ")), line
+        """The next event's JSON."""
+        message = await self.message()
+        assert list(message) == ["data"], message
+        return json.loads(message["data"])
 
-    async def comments_until_the_end(self) -> list[str]:
-        async with asyncio.timeout(WITHIN):
-            lines = (await self.response.content.read()).decode().splitlines()
-        return [line for line in lines if line.startswith(":")]
+    async def until_the_end(self) -> list[dict[str, str]]:
+        """The messages left, once the stream has ended."""
+        messages = []
+        while message := await self.message():
+            messages.append(message)
+        return messages
 
 
 async def open_stream(session, url: str) -> Stream:
@@ -164,8 +184,13 @@ async def open_stream(session, url: str) -> Stream:
     assert response.status == 200
     assert response.content_type == "text/event-stream"
     assert response.headers["Cache-Control"] == "no-cache"
-    assert await response.content.readline() == f"retry: {RETRY_MS}\n".encode()
+    assert response.headers["X-Accel-Buffering"] == "no"  # a buffering proxy holds events back
     return Stream(response)
+
+
+def end(why: str) -> list[dict[str, str]]:
+    """What a client is sent last: the `end` event, its data saying why."""
+    return [{"event": "end", "data": why}]
 
 
 async def until_relayed(b, subscribers: int) -> None:
@@ -188,6 +213,7 @@ async def test_a_worker_streams_its_own_and_every_other_workers_events(two_worke
     assert got == json.loads(event(B_ROLE, 7, kind="elected", member="b").encode())
     a.ctx.feed.publish(event(A_ROLE, 2))
     assert (await stream.data())["offset"] == 2
+    assert stream.retries == [RETRY_MS]  # with the first message only
     stream.response.close()
 
 
@@ -216,8 +242,9 @@ async def test_the_stream_ends_when_the_worker_stops(two_workers):
     stream = await open_stream(session, f"{a.url}/events/?scope=local")
     await asyncio.sleep(0)
     a.ctx.feed.close()  # what the web server's shutdown does first
-    assert await stream.comments_until_the_end() == [
-        ": end: this worker's feed ended: the worker is stopping"]
+    assert await stream.until_the_end() == end(
+        "this worker's feed ended: the worker is stopping")
+    assert stream.retries == [RETRY_MS]  # sent even when no event was
 
 
 async def test_the_stream_ends_when_a_relayed_worker_stops(two_workers):
@@ -225,8 +252,45 @@ async def test_the_stream_ends_when_a_relayed_worker_stops(two_workers):
     stream = await open_stream(session, f"{a.url}/events/")
     await until_relayed(b, 1)
     b.ctx.feed.close()
-    comments = await stream.comments_until_the_end()
-    assert comments == [f": end: the stream of worker {b.url} ended"]
+    # b's own `end` event is not relayed as an event: a's follows it.
+    assert await stream.until_the_end() == end(f"the stream of worker {b.url} ended")
+
+
+async def test_a_client_that_falls_behind_is_sent_the_end_rather_than_waited_for(
+        two_workers, monkeypatch):
+    a, _, session = two_workers
+    monkeypatch.setattr("app.event_stream.QUEUE_SIZE", 2)
+    for offset in range(5):
+        a.ctx.feed.publish(event(A_ROLE, offset))  # replayed faster than it can be sent
+    stream = await open_stream(session, f"{a.url}/events/?scope=local")
+    assert await stream.until_the_end() == end("the client fell 2 events behind")
+
+
+async def test_an_idle_stream_carries_a_ping_comment_which_finds_a_gone_client(monkeypatch):
+    """On a server that, as Faust's web driver runs it, does not cancel the handler
+    of a client that went away (aiohttp's test server does)."""
+    monkeypatch.setattr("app.event_stream.HEARTBEAT", 0.05)
+    broker = MemoryBroker(clock=ManualClock(NOW))
+    broker.create_topic(STATE_TOPIC, PARTITIONS)
+    worker = Worker("c", ManualClock(NOW), broker)
+    runner = web.AppRunner(worker.ctx.app.web.web_app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", worker.port).start()
+        async with aiohttp.ClientSession() as session:
+            stream = await open_stream(session, f"{worker.url}/events/?scope=local")
+            line = await asyncio.wait_for(stream.response.content.readline(), WITHIN)
+            assert line.rstrip(b"\r\n") == b": ping"
+            assert worker.ctx.feed.subscribers == 1
+            stream.response.close()
+
+            async def subscribers() -> int:
+                return worker.ctx.feed.subscribers
+
+            await eventually(subscribers, lambda n: n == 0, WITHIN)  # its stream ended
+    finally:
+        worker.ctx.feed.close()
+        await runner.cleanup()
 
 
 async def test_a_bad_role_filter_is_a_400(two_workers):
@@ -241,6 +305,6 @@ async def test_the_web_servers_shutdown_ends_the_open_streams_first(two_workers)
     stream = await open_stream(session, f"{a.url}/events/?scope=local")
     await asyncio.sleep(0)
     closing = asyncio.ensure_future(a.server.close())  # aiohttp's shutdown: on_shutdown first
-    assert await stream.comments_until_the_end() == [
-        ": end: this worker's feed ended: the worker is stopping"]
+    assert await stream.until_the_end() == end(
+        "this worker's feed ended: the worker is stopping")
     await asyncio.wait_for(closing, WITHIN)
