@@ -15,6 +15,12 @@ Guaranteed:
   tenure's first lease record, which strictly increases.
 - Every record of a role lives in one partition of ``__coordination_state``,
   so rank (registration order) and the lease history have one total order.
+- In term mode (``fencing="term"``, for services without transactions), at
+  most one member wins each term: the first claim of the term in offset
+  order on ``__coordination_terms``; terms only grow. A reader that applies
+  `TermFilter` in offset order, with marks that survive its restarts, drops
+  every record of a superseded term written after the newer term's barrier
+  on that partition (docs/term-mode.md).
 
 Not guaranteed:
 
@@ -28,6 +34,11 @@ Not guaranteed:
   numerically smaller. Order writers by tenure, not by token.
 - Liveness needs a reachable transaction coordinator and a state topic whose
   partition count every member agrees on (checked at start-up).
+- In term mode nobody refuses a deposed leader's writes: the broker accepts
+  them, a reader that does not filter sees them, and a zombie's record
+  written before the newer term's barrier on its partition stays valid.
+- Rebalancing (`Rebalancer`) moves balanced roles by clean handovers only;
+  which members are live is the caller's knowledge, not the log's.
 
 The package has no Faust import; the worker application (``app``, ``agents``,
 ``tables``) builds on it.
@@ -73,6 +84,7 @@ from coordination.kafka import (
 from coordination.memory import MemoryBroker, MemoryTransport
 from coordination.options import LeadershipOptions
 from coordination.partition import murmur2, role_partition, to_positive
+from coordination.rebalance import Move, Plan, Rebalancer, plan
 from coordination.records import (
     Key,
     Kind,
@@ -176,12 +188,15 @@ __all__ = [
     "ManualClock",
     "MemoryBroker",
     "MemoryTransport",
+    "Move",
     "OutOfOrder",
     "OutcomeUnknownError",
     "PartitionRead",
     "PartitionTail",
     "Placement",
+    "Plan",
     "ProducerFatalError",
+    "Rebalancer",
     "Record",
     "Registrar",
     "Registration",
@@ -244,6 +259,7 @@ __all__ = [
     "heartbeat_key",
     "lease_key",
     "murmur2",
+    "plan",
     "registration_key",
     "rendezvous_weight",
     "role_partition",
