@@ -101,9 +101,6 @@ class _TermPartitionWatch:
 
     def _apply(self, records: Iterable[Record], report: bool) -> None:
         for record in records:
-            if record.offset < self._position:
-                continue  # already folded by the catch-up read
-            self._position = record.offset + 1
             applied = self._fold.apply(record)
             if applied is None:
                 continue
