@@ -12,7 +12,7 @@ KAFKA_PORT ?= 9092
 # the client settings (deploy/kafka/README.md). Use another KAFKA_DIR than a plaintext one.
 SECURE ?=
 
-.PHONY: run test lint typecheck unit integration deploy-check venv kafka-jars browser kafka-up kafka-down kafka-status clean
+.PHONY: run test lint typecheck unit integration deploy-check bench peers venv kafka-jars browser kafka-up kafka-down kafka-status clean
 
 # RUN_ARGS: more options of deploy/run.py (--web-port, --run-dir, --partitions, --workers).
 run: venv kafka-jars
@@ -40,6 +40,23 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy --strict coordination
 	$(PY) -m mypy app agents tables
+
+# Side by side with etcd and ZooKeeper (docs/benchmarks.md): the bench's Python
+# clients, the peers' Debian packages (as root), then the run. BENCH_ARGS: the
+# figures and options of `python -m bench` (for example `all --trials 30 --json
+# bench/results/latest.json --keep`); the full run of docs/benchmarks.md took 22 minutes.
+BENCH_ARGS ?= all
+bench: venv kafka-jars peers $(VENV)/.bench-installed
+	$(PY) -m bench $(BENCH_ARGS)
+
+# etcd-server and zookeeper from Debian (best effort, as `browser` is: without
+# root or apt-get it says which peer is missing, and the bench skips it loudly).
+peers: venv
+	$(PY) -m bench.install_peers
+
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $@
 
 venv: $(VENV)/.installed
 

@@ -3,7 +3,8 @@
 Consumes the state topic as raw bytes (read_committed under exactly_once, so
 aborted lease writes never reach the table), folds each record into its
 role's table value with the pure `agents.folding.fold`, and publishes the
-events it causes, keyed by role, to the same partition of the events topic.
+events it causes, keyed by role, to the same partition of the events topic,
+and to the worker's live feed (`app.feed`, which ``GET /events/`` streams).
 Table writes, events and the consumed offset commit in one Kafka transaction.
 
 The tick agent reports lapses nobody wrote a record about: a timer sends a
@@ -59,6 +60,7 @@ async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
         await ctx.events_topic.send(key=event.role.encode("utf-8"), value=event.encode(),
                                     partition=event.partition)
         ctx.metrics.event(event.kind)
+        ctx.feed.publish(event)
 
 
 async def apply_record(ctx: Context, message: Any) -> None:

@@ -1,8 +1,9 @@
 """What the parts of one worker share: settings, the Faust app, tables, topics,
-the partition router, metrics, the coordination transport and the role runners.
+the partition router, metrics, the live event feed, the coordination transport and the
+role runners.
 
 A leaf of the worker: it imports no agent and no table module, only the
-library, Faust's and aiohttp's types, and the settings, metrics and readiness
+library, Faust's and aiohttp's types, and the settings, metrics, feed and readiness
 modules (which import no worker module; tests/app/test_worker_layers.py holds this).
 `app.install`, the composition root, builds one `Context` with every part
 and hands it to the agents, the role service and the web view, so tests
@@ -20,6 +21,7 @@ import aiohttp
 import faust
 from faust.types import TableT, TopicT
 
+from app.feed import EventFeed
 from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
@@ -79,6 +81,8 @@ class Context:
     readiness: ReadinessBounds
     metrics: Metrics = field(default_factory=Metrics)
     clock: Clock = field(default_factory=SystemClock)
+    feed: EventFeed = field(default_factory=EventFeed)
+    """The events this worker's fold publishes, for the web view's live stream."""
     http: aiohttp.ClientSession | None = None
     """The session for asking other workers (None: Faust's ``http_client``)."""
     transport: Transport | None = None

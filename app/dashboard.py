@@ -1,17 +1,32 @@
-"""The HTML dashboard served at ``/``: one self-refreshing page, no assets.
+"""The HTML dashboard served at ``/``: one static page, no assets, no build step.
 
-It polls ``/roles/`` and each role's ``/roles/{role}/`` every second and
-shows holder, token, time to deadline, status, roster and skipped records.
-Rows carry ``data-role`` and cells a class per field, so a headless browser
-test can read what it shows. Time to deadline uses the server's ``now``, so a
-skewed browser clock does not distort it.
+At load it reads ``GET /roles/`` once (every worker's roles, each with the
+last offset folded into it), then follows ``GET /events/`` with an
+``EventSource`` and never asks again: each event updates the role it names
+if it is newer than what the page shows (its offset is past the role's; a
+``lapsed`` applies to the lease it names). It shows:
+
+- per worker, how many roles it holds;
+- the roles: status, holder, token, held since, members, and a timeline of
+  the tenures the page has seen (who held the role when, and how each
+  tenure ended: resigned, lapsed, or fenced when a new token took over
+  without either);
+- the live feed of events, newest first;
+- a filter by role name or worker (a click on a worker sets it).
+
+Timelines and the feed start with the recent events each worker sends a new
+stream (docs/app.md, "Live events"). Elements carry ``data-role``,
+``data-worker``, ``data-kind`` and a class per field, and ``<body>`` carries
+``data-stream`` (``connecting``, ``open``, ``reconnecting``) and
+``data-events`` (events handled), so a headless browser test can read what
+it shows.
 """
 
 from __future__ import annotations
 
 __all__ = ["DASHBOARD_HTML"]
 
-DASHBOARD_HTML = """<!doctype html>
+DASHBOARD_HTML = r"""<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -19,106 +34,283 @@ DASHBOARD_HTML = """<!doctype html>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
   h1 { font-size: 1.3em; margin: 0 0 .2em; }
-  #meta { color: #666; margin-bottom: 1em; }
+  h2 { font-size: 1.05em; margin: 1.2em 0 .4em; }
+  #meta { color: #666; margin-bottom: .6em; }
+  #filter { font: inherit; padding: .2em .4em; width: 20em; }
+  .columns { display: flex; gap: 2em; align-items: flex-start; }
+  .main { flex: 3; min-width: 0; }
+  .side { flex: 1; min-width: 18em; }
   table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: .35em .6em; border-bottom: 1px solid #ddd;
-           vertical-align: top; }
+  th, td { text-align: left; padding: .3em .5em; border-bottom: 1px solid #ddd;
+           vertical-align: middle; }
   th { background: #f4f4f4; }
   .held { color: #137333; font-weight: 600; }
   .lapsed { color: #b06000; font-weight: 600; }
   .vacant { color: #888; }
-  .roster span { display: inline-block; margin-right: .6em; }
-  .roster .leader { font-weight: 600; }
+  #workers { list-style: none; padding: 0; margin: 0; }
+  #workers li { display: flex; align-items: center; gap: .5em; cursor: pointer;
+                margin: .15em 0; }
+  #workers .name { width: 12em; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  #workers .bar { background: #4a7bd0; height: .9em; min-width: 1px; }
+  .timeline { display: flex; width: 24em; height: 1.2em; background: #f6f6f6; }
+  .tenure { height: 100%; overflow: hidden; white-space: nowrap; font-size: 11px;
+            color: #fff; padding: 0 2px; box-sizing: border-box; border-right: 1px solid #fff; }
+  .tenure.ongoing { background: #137333; }
+  .tenure.resigned { background: #5f6f86; }
+  .tenure.lapsed { background: #b06000; }
+  .tenure.fenced { background: #b00020; }
+  #feed { list-style: none; padding: 0; margin: 0; max-height: 36em; overflow-y: auto;
+          font-size: 13px; }
+  #feed li { border-bottom: 1px solid #eee; padding: .15em 0; }
+  #feed .kind { font-weight: 600; }
+  .legend span { margin-right: .8em; }
+  .legend i { display: inline-block; width: .8em; height: .8em; margin-right: .2em; }
   #errors { color: #b00020; margin-top: 1em; white-space: pre-wrap; }
-  code { font-size: 13px; }
+  [hidden] { display: none !important; }
 </style>
 </head>
-<body>
+<body data-stream="connecting" data-events="0">
 <h1>Roles</h1>
 <div id="meta">loading&hellip;</div>
-<table id="roles">
-  <thead><tr><th>role</th><th>status</th><th>holder</th><th>token</th>
-  <th>deadline in</th><th>roster (rank order)</th><th>skipped</th></tr></thead>
-  <tbody></tbody>
-</table>
+<input id="filter" type="search" placeholder="filter by role or worker" autocomplete="off">
+<div class="columns">
+  <div class="main">
+    <h2>Roles</h2>
+    <table id="roles">
+      <thead><tr><th>role</th><th>status</th><th>holder</th><th>token</th><th>since</th>
+      <th>members</th><th>tenures seen</th></tr></thead>
+      <tbody></tbody>
+    </table>
+    <div class="legend">
+      <span><i class="tenure ongoing"></i>holding</span>
+      <span><i class="tenure resigned"></i>resigned</span>
+      <span><i class="tenure lapsed"></i>lapsed</span>
+      <span><i class="tenure fenced"></i>fenced</span>
+    </div>
+  </div>
+  <div class="side">
+    <h2>Held roles per worker</h2>
+    <ul id="workers"></ul>
+    <h2>Live events</h2>
+    <ul id="feed"></ul>
+  </div>
+</div>
 <div id="errors"></div>
 <script>
 "use strict";
-const tbody = document.querySelector("#roles tbody");
-const meta = document.getElementById("meta");
-const errors = document.getElementById("errors");
+const FEED_LENGTH = 300;
+const roles = new Map();      // role -> {role, status, holder, token, since, members, offset}
+const tenures = new Map();    // role -> [{member, tenure, from, to, end}]
+const seen = new Set();       // "role|kind|offset" of handled events (they can repeat)
+const feedEvents = [];
+const workers = new Set();
+let loaded = false;
+let early = [];               // events that came before the listing
+let handled = 0;
+const $ = id => document.getElementById(id);
 
-function text(tag, value, cls) {
-  const el = document.createElement(tag);
-  el.textContent = value;
-  if (cls) el.className = cls;
-  return el;
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = text;
+  if (cls) node.className = cls;
+  return node;
 }
-
 function tokenText(token) {
-  return token ? token.producer_id + ":" + token.producer_epoch : "\\u2014";
+  return token ? token.producer_id + ":" + token.producer_epoch : "\u2014";
+}
+function sameToken(a, b) {
+  return !!a && !!b && a.producer_id === b.producer_id && a.producer_epoch === b.producer_epoch;
+}
+function clock(ms) {
+  return ms ? new Date(ms).toLocaleTimeString() : "\u2014";
+}
+function matches(...texts) {
+  const wanted = $("filter").value.trim().toLowerCase();
+  return !wanted || texts.some(t => t && String(t).toLowerCase().includes(wanted));
 }
 
-function remaining(deadline, now) {
-  if (deadline === null || deadline === undefined) return "\\u2014";
-  const ms = deadline - now;
-  return (ms >= 0 ? "" : "-") + (Math.abs(ms) / 1000).toFixed(1) + " s";
-}
-
-async function getJson(path) {
-  const response = await fetch(path, {cache: "no-store"});
-  const body = await response.json();
-  if (!response.ok) throw new Error(path + ": " + (body.error || response.status));
-  return body;
-}
-
-async function refresh() {
-  const problems = [];
-  let listing;
-  try {
-    listing = await getJson("/roles/");
-  } catch (err) {
-    errors.textContent = String(err);
+// --- the table: the listing, then each newer event ---------------------------------
+function applyToRole(ev) {
+  let row = roles.get(ev.role);
+  if (!row) {
+    row = {role: ev.role, status: "vacant", holder: null, token: null, since: null,
+           members: 0, offset: -1};
+    roles.set(ev.role, row);
+  }
+  if (ev.kind === "lapsed") {
+    // Located at the lease record that lapsed: it applies while that lease is shown.
+    if (row.status === "held" && row.holder === ev.member && sameToken(row.token, ev.token)) {
+      row.status = "lapsed";
+    }
     return;
   }
-  const details = await Promise.all(listing.roles.map(row =>
-    getJson("/roles/" + encodeURIComponent(row.role) + "/").catch(err => {
-      problems.push(String(err));
-      return null;
-    })));
-  tbody.replaceChildren();
-  listing.roles.forEach((row, i) => {
-    const info = details[i] || row;
-    const now = info.now || listing.now;
-    const tr = document.createElement("tr");
-    tr.dataset.role = row.role;
-    tr.append(text("td", row.role, "role"));
-    tr.append(text("td", info.status, "status " + info.status));
-    tr.append(text("td", info.holder === null ? "\\u2014" : info.holder, "holder"));
-    tr.append(text("td", tokenText(info.token), "token"));
-    tr.append(text("td", remaining(info.deadline, now), "deadline"));
-    const roster = text("td", "", "roster");
-    (info.roster || []).forEach(entry => {
-      roster.append(text("span", entry.rank + ". " + entry.member,
-                         entry.member === info.holder ? "leader" : ""));
-    });
-    tr.append(roster);
-    const skipped = info.skipped === undefined ? "" : String(info.skipped);
-    const last = info.last_error ? " (last: offset " + info.last_error.offset + ")" : "";
-    tr.append(text("td", skipped + last, "skipped"));
-    tbody.append(tr);
-  });
-  for (const gone of listing.unavailable || []) {
-    problems.push("worker " + gone.worker + " (partitions " + gone.partitions.join(", ") +
-                  ") unreachable: " + gone.error);
+  if (ev.offset <= row.offset) return;  // the listing already has it
+  row.offset = ev.offset;
+  if (ev.kind === "elected") {
+    Object.assign(row, {status: "held", holder: ev.member, token: ev.token,
+                        since: ev.granted_at});
+  } else if (ev.kind === "resigned") {
+    Object.assign(row, {status: "vacant", holder: null, token: null, since: null});
+  } else if (ev.kind === "member-joined") {
+    row.members = ev.rank + 1;  // a registration puts its member last
+  } else if (ev.kind === "member-left") {
+    row.members = Math.max(0, row.members - 1);
   }
-  meta.textContent = listing.roles.length + " roles \\u00b7 updated " +
-    new Date(listing.now).toISOString();
-  errors.textContent = problems.join("\\n");
 }
 
-refresh();
-setInterval(refresh, 1000);
+// --- the timelines: tenures seen in events ------------------------------------------
+function applyToTimeline(ev) {
+  if (!["elected", "resigned", "lapsed"].includes(ev.kind)) return;
+  const list = tenures.get(ev.role) || [];
+  tenures.set(ev.role, list);
+  let tenure = list.find(t => t.tenure === ev.tenure);
+  if (ev.kind === "elected") {
+    if (tenure) return;
+    for (const open of list) {
+      if (open.end === null) Object.assign(open, {end: "fenced", to: ev.timestamp});
+    }
+    list.push({member: ev.member, tenure: ev.tenure, from: ev.granted_at || ev.timestamp,
+               to: null, end: null});
+    list.sort((a, b) => a.tenure - b.tenure);
+    return;
+  }
+  if (!tenure) {  // its start is older than what the page has seen
+    tenure = {member: ev.member, tenure: ev.tenure, from: ev.granted_at, to: null, end: null};
+    list.push(tenure);
+    list.sort((a, b) => a.tenure - b.tenure);
+  }
+  if (tenure.end === null || tenure.end === "lapsed") {
+    tenure.end = ev.kind;
+    tenure.to = ev.kind === "lapsed" ? ev.deadline : ev.timestamp;
+  }
+}
+
+function handle(ev) {
+  const key = ev.role + "|" + ev.kind + "|" + ev.offset;
+  if (seen.has(key)) return;
+  seen.add(key);
+  handled += 1;
+  document.body.dataset.events = String(handled);
+  if (ev.member) workers.add(ev.member);
+  // Newest first by the record's time: the workers' replays interleave on arrival.
+  feedEvents.push(ev);
+  feedEvents.sort((a, b) => b.timestamp - a.timestamp || b.offset - a.offset);
+  feedEvents.length = Math.min(feedEvents.length, FEED_LENGTH);
+  applyToTimeline(ev);
+  if (loaded) applyToRole(ev); else early.push(ev);
+  schedule();
+}
+
+// --- rendering ----------------------------------------------------------------------
+let pending = false;
+function schedule() {
+  if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; render(); }); }
+}
+
+function timeline(role, now) {
+  const cell = el("td");
+  const bar = el("div", null, "timeline");
+  cell.append(bar);
+  const list = tenures.get(role) || [];
+  if (!list.length) return cell;
+  const start = Math.min(...list.map(t => t.from || now));
+  const span = Math.max(now - start, 1);
+  for (const t of list) {
+    const to = t.to || now;
+    const part = el("span", t.member, "tenure " + (t.end || "ongoing"));
+    part.dataset.member = t.member;
+    part.dataset.end = t.end || "ongoing";
+    part.style.flexBasis = Math.max(2, 100 * (to - (t.from || start)) / span) + "%";
+    part.title = t.member + ": " + clock(t.from) + " \u2013 " +
+      (t.end ? clock(to) + " (" + t.end + ")" : "now");
+    bar.append(part);
+  }
+  return cell;
+}
+
+function render() {
+  const now = Date.now();
+  const body = $("roles").tBodies[0];
+  const rows = [...roles.values()].sort((a, b) => a.role < b.role ? -1 : 1);
+  body.replaceChildren(...rows.filter(r => matches(r.role, r.holder) ||
+      (tenures.get(r.role) || []).some(t => matches(t.member))).map(r => {
+    const tr = document.createElement("tr");
+    tr.dataset.role = r.role;
+    const open = (tenures.get(r.role) || []).find(t => t.end === null && t.member === r.holder);
+    const since = r.since || (r.holder && open ? open.from : null);
+    tr.append(el("td", r.role, "role"), el("td", r.status, "status " + r.status),
+              el("td", r.holder === null ? "\u2014" : r.holder, "holder"),
+              el("td", tokenText(r.token), "token"), el("td", clock(since), "since"),
+              el("td", String(r.members), "members"), timeline(r.role, now));
+    return tr;
+  }));
+  const held = new Map([...workers].map(w => [w, 0]));
+  for (const r of roles.values()) {
+    if (r.status === "held" && r.holder) held.set(r.holder, (held.get(r.holder) || 0) + 1);
+  }
+  const most = Math.max(1, ...held.values());
+  $("workers").replaceChildren(...[...held.entries()].sort((a, b) => b[1] - a[1] ||
+      (a[0] < b[0] ? -1 : 1)).map(([worker, count]) => {
+    const li = el("li");
+    li.dataset.worker = worker;
+    li.hidden = !matches(worker);
+    const bar = el("span", null, "bar");
+    bar.style.width = (8 * count / most) + "em";
+    li.append(el("span", worker, "name"), bar, el("span", String(count), "count"));
+    li.onclick = () => { $("filter").value = worker; render(); };
+    return li;
+  }));
+  $("feed").replaceChildren(...feedEvents.filter(ev => matches(ev.role, ev.member)).map(ev => {
+    const li = el("li");
+    li.dataset.kind = ev.kind;
+    li.dataset.role = ev.role;
+    li.append(el("span", clock(ev.timestamp) + " ", "time"), el("span", ev.role, "role"),
+              document.createTextNode(" "), el("span", ev.kind, "kind"),
+              document.createTextNode(" " + (ev.member || "")));
+    return li;
+  }));
+  const stream = document.body.dataset.stream;
+  $("meta").textContent = roles.size + " roles \u00b7 " + workers.size + " workers \u00b7 " +
+    "live events: " + stream + " \u00b7 " + handled + " events";
+}
+
+// --- the stream first (so nothing is missed), then the listing once -----------------
+const source = new EventSource("/events/");
+source.onopen = () => { document.body.dataset.stream = "open"; schedule(); };
+source.onerror = () => {
+  document.body.dataset.stream = source.readyState === EventSource.CLOSED ? "closed"
+                                                                            : "reconnecting";
+  schedule();
+};
+source.onmessage = message => handle(JSON.parse(message.data));
+
+async function load() {
+  try {
+    const response = await fetch("/roles/", {cache: "no-store"});
+    const listing = await response.json();
+    if (!response.ok) throw new Error(listing.error || String(response.status));
+    for (const row of listing.roles) {
+      roles.set(row.role, {role: row.role, status: row.status, holder: row.holder,
+                           token: row.token, since: null, members: row.members,
+                           offset: row.offset});
+      if (row.holder) workers.add(row.holder);
+    }
+    $("errors").textContent = (listing.unavailable || []).map(gone =>
+      "worker " + gone.worker + " (partitions " + gone.partitions.join(", ") +
+      ") did not answer: " + gone.error).join("\n");
+    loaded = true;
+    early.forEach(applyToRole);
+    early = [];
+    schedule();
+  } catch (err) {
+    // Not answered yet (a rebalance): ask again until the first answer, never after.
+    $("errors").textContent = "GET /roles/: " + err;
+    setTimeout(load, 2000);
+  }
+}
+$("filter").addEventListener("input", render);
+setInterval(render, 1000);  // ongoing tenures grow; no request is made
+load();
 </script>
 </body>
 </html>

@@ -5,6 +5,8 @@ The JSON shapes are in docs/app.md#web-view.
     GET /roles/                       every role, gathered from every worker
     GET /roles/{role}/                one role, answered by the worker owning it
     GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check)
+    GET /events/                      the leadership events as server-sent events
+                                      (every worker's, or ``scope=local``; app.event_stream)
     GET /metrics                      this worker's Prometheus metrics
     GET /health                       liveness: member id, connected, roles (always 200)
     GET /ready                        readiness: 200 or 503, with the reasons (app.readiness)
@@ -29,13 +31,14 @@ from aiohttp import web
 
 from app.context import Context
 from app.dashboard import DASHBOARD_HTML
+from app.event_stream import stream_events
 from app.health import snapshot
 from app.readiness import assess
 from app.routing import Unreachable, fetch_json, owner_of
 from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
-from tables.role_view import detail, merged_state, skips_of_values, summary
+from tables.role_view import detail, merged_state, row, skips_of_values
 
 __all__ = ["Views", "install", "json_errors"]
 
@@ -110,6 +113,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("/roles/", "roles"),
     ("/roles/{role}/", "role"),
     ("/roles/{role}/authoritative", "authoritative"),
+    ("/events/", "events"),
 )
 """Every endpoint: its path and the `Views` method that answers it."""
 
@@ -143,7 +147,7 @@ class Views:
             value = role_state.decode(raw)
             if owned is not None and value.partition not in owned:
                 continue
-            rows.append(summary(merged_state(value, None), now_ms))
+            rows.append(row(value, now_ms))
         return sorted(rows, key=lambda row: row["role"])
 
     def _local_detail(self, role: str, now_ms: int) -> web.Response:
@@ -154,7 +158,7 @@ class Views:
         raw_partition = self.ctx.tables.partition_state.get(partition_key(value.partition))
         skipped = None if raw_partition is None else partition_state.decode(raw_partition)
         body = detail(merged_state(value, skipped), skips_of_values(value, skipped),
-                      value.partition, now_ms)
+                      value.partition, now_ms, value.last_offset)
         body["served_by"] = str(self.ctx.app.conf.canonical_url)
         return web.json_response(body)
 
@@ -235,6 +239,25 @@ class Views:
         return web.json_response({"role": role, "authoritative": status.authoritative(token),
                                   "current": _token(status.token)})
 
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: the leadership events of every worker (relayed), or of
+        this worker's partitions with ``scope=local``; ``role=`` (repeatable) filters."""
+        roles = request.query.getall("role", [])
+        for role in roles:
+            try:
+                size = len(role.encode("utf-8"))
+            except UnicodeEncodeError:
+                return error(400, "a role name is not valid UTF-8")
+            if not role or size > MAX_NAME_BYTES:
+                return error(400, f"a role name has 1 to {MAX_NAME_BYTES} UTF-8 bytes, "
+                                  f"got {size}")
+        local = request.query.get("scope") == "local"
+        return await stream_events(request, self.ctx.feed, roles=roles, session=self._session,
+                                   peers=None if local else self._peers)
+
+    def _peers(self) -> list[str]:
+        return sorted(url for url in self.ctx.router.owners() if not self.ctx.router.is_self(url))
+
     async def metrics(self, request: web.Request) -> web.Response:
         """This worker's registry, in the format the scraper accepts (`app.metrics`)."""
         body, content_type = self.ctx.metrics.render(request.headers.get("Accept", ""))
@@ -265,7 +288,7 @@ class Views:
         })
 
     async def dashboard(self, request: web.Request) -> web.Response:
-        """The HTML dashboard (it polls /roles/ and /roles/{role}/)."""
+        """The HTML dashboard (it reads /roles/ once, then follows /events/)."""
         return web.Response(text=DASHBOARD_HTML, content_type="text/html")
 
 
@@ -274,6 +297,12 @@ def install(ctx: Context) -> Views:
     views = Views(ctx)
     web_app = cast(Any, ctx.app.web).web_app  # the aiohttp driver's Application
     web_app.middlewares.append(json_errors)
+
+    async def end_streams(_: web.Application) -> None:
+        # aiohttp waits for open handlers at shutdown (60 s): end the streams first.
+        ctx.feed.close()
+
+    web_app.on_shutdown.append(end_streams)
     for path, handler in views.routes():
         ctx.app.page(path, name=f"coordination:{path}")(_faust_view(handler))
     return views

@@ -95,10 +95,28 @@ class Kafka:
 # --------------------------------------------------------------------------- peers
 
 
+# The Debian package of each peer's server (`bench.install_peers` installs them).
+PEER_PACKAGES = {"etcd": "etcd-server", "zookeeper": "zookeeper"}
+
+
+def server_missing(peer: str) -> str | None:
+    """Why `peer`'s server is not on this machine, or None."""
+    if peer == "etcd":
+        if shutil.which("etcd") is None:
+            return f"no `etcd` binary (Debian package {PEER_PACKAGES['etcd']})"
+        return None
+    if not ZOOKEEPER_JAR.exists():
+        return f"no {ZOOKEEPER_JAR} (Debian package {PEER_PACKAGES['zookeeper']})"
+    if shutil.which("java") is None:
+        return "no `java`"
+    return None
+
+
 def etcd_missing() -> str | None:
     """Why the etcd peer cannot run here, or None."""
-    if shutil.which("etcd") is None:
-        return "no `etcd` binary (Debian package etcd-server)"
+    reason = server_missing("etcd")
+    if reason is not None:
+        return reason
     for module in ("etcd3", "google.protobuf"):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             return f"Python module {module} missing (pip install -e '.[bench]')"
@@ -107,10 +125,9 @@ def etcd_missing() -> str | None:
 
 def zookeeper_missing() -> str | None:
     """Why the ZooKeeper peer cannot run here, or None."""
-    if not ZOOKEEPER_JAR.exists():
-        return f"no {ZOOKEEPER_JAR} (Debian package zookeeper)"
-    if shutil.which("java") is None:
-        return "no `java`"
+    reason = server_missing("zookeeper")
+    if reason is not None:
+        return reason
     if importlib.util.find_spec("kazoo") is None:
         return "Python module kazoo missing (pip install -e '.[bench]')"
     return None

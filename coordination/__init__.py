@@ -61,6 +61,7 @@ from coordination.errors import (
     UndeclaredTopicError,
 )
 from coordination.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
+from coordination.events import LeadershipEvent
 from coordination.fold import RoleFold, build_role_state
 from coordination.guarded import GuardedWriter
 from coordination.kafka import (
@@ -136,6 +137,7 @@ from coordination.transport import (
     TopicFacts,
     Transport,
 )
+from coordination.watch import RoleChange, RoleWatch, Since, watch_roles
 
 __all__ = [
     "NO_EPOCH",
@@ -168,6 +170,7 @@ __all__ = [
     "Kind",
     "LeaderRunner",
     "Leadership",
+    "LeadershipEvent",
     "LeadershipOptions",
     "LeadershipStatus",
     "Lease",
@@ -187,12 +190,15 @@ __all__ = [
     "Registration",
     "Renewed",
     "Resigned",
+    "RoleChange",
     "RoleFold",
     "RoleFunction",
     "RoleState",
+    "RoleWatch",
     "RosterEntry",
     "RunnerObserver",
     "RunnerState",
+    "Since",
     "Skipped",
     "StateReader",
     "StateTopicError",
@@ -253,5 +259,6 @@ __all__ = [
     "rendezvous_weight",
     "role_partition",
     "to_positive",
+    "watch_roles",
     "watch_term_events",
 ]

@@ -25,14 +25,13 @@ from coordination.options import Fencing, LeadershipOptions, check_name, resolve
 from coordination.partition import role_partition
 from coordination.records import (
     Lease,
-    Registration,
     decode_lease,
     encode_key,
     encode_lease,
-    encode_registration,
     lease_key,
     registration_key,
 )
+from coordination.registration import register
 from coordination.state import RoleState
 from coordination.tenure import Leadership
 from coordination.term_candidate import acquire_term_leadership
@@ -164,12 +163,8 @@ class _Candidate:
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""
-        registration = Registration(self.member, self.clock.now_ms())
-        self.registered_offset = await self.transport.append(
-            self.partition,
-            encode_key(registration_key(self.role, self.member)),
-            encode_registration(registration),
-        )
+        self.registered_offset = await register(self.transport, self.partition, self.role,
+                                                self.member, self.clock.now_ms())
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
     async def _challenge(self) -> Leadership | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from coordination import defaults
@@ -23,11 +23,64 @@ from coordination.records import Kind, decode_key, decode_lease
 from coordination.state import Record, RoleState
 from coordination.transport import PartitionRead, PartitionTail, StateReader
 
-__all__ = ["PartitionFollower"]
+__all__ = ["PartitionFollower", "Tailing"]
 
 # Kafka's default transaction.max.timeout.ms: no lease can be longer, so a
 # record claiming more (a bad clock, a hostile writer) is counted as this.
 LONGEST_POSSIBLE_LEASE_MS = 900_000
+
+
+class Tailing:
+    """A `PartitionTail` and its pending read, which a cancelled wait keeps.
+
+    The followers of both topics wait on it for the next read or an instant,
+    whichever comes first; `next_or` can be cancelled without losing a read.
+    """
+
+    def __init__(self) -> None:
+        self._tail: PartitionTail | None = None
+        self._pending: asyncio.Future[PartitionRead] | None = None
+
+    @property
+    def following(self) -> bool:
+        """Whether a tail was started (and not closed)."""
+        return self._tail is not None
+
+    async def start(self, opening: Awaitable[PartitionTail]) -> None:
+        """Replace the tail (and drop its pending read) by the one `opening` gives."""
+        await self.close()
+        self._tail = await opening
+
+    async def next_or(self, sleep: Awaitable[None] | None) -> PartitionRead | None:
+        """The tail's next read, or None if `sleep` ended first."""
+        assert self._tail is not None, "start() the tail first"
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._tail.next())
+        waiters: list[asyncio.Future[Any]] = [self._pending]
+        sleeper = None
+        if sleep is not None:
+            sleeper = asyncio.ensure_future(sleep)
+            waiters.append(sleeper)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if sleeper is not None:
+                sleeper.cancel()
+        if not self._pending.done():
+            return None
+        read, self._pending = self._pending.result(), None
+        return read
+
+    async def close(self) -> None:
+        """Drop the pending read and close the tail."""
+        if self._pending is not None:
+            self._pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pending
+            self._pending = None
+        if self._tail is not None:
+            await self._tail.close()
+            self._tail = None
 
 
 class PartitionFollower:
@@ -49,8 +102,7 @@ class PartitionFollower:
         self.high_watermark = 0
         self.longest_lease_ms = 0
         """The longest lease of any role seen on the partition (`Candidate._stalled`)."""
-        self._tail: PartitionTail | None = None
-        self._pending: asyncio.Task[PartitionRead] | None = None
+        self._tail = Tailing()
 
     async def refresh(self) -> None:
         """Re-read the partition from its first offset to the last stable offset."""
@@ -59,8 +111,7 @@ class PartitionFollower:
         self._next_offset = 0
         self._fold_new(read.records)
         self._marks(read)
-        await self._drop_tail()
-        self._tail = await self._reader.tail(self.partition, read.last_stable_offset)
+        await self._tail.start(self._reader.tail(self.partition, read.last_stable_offset))
 
     def _new_fold(self) -> RoleFold:
         return RoleFold(self.role, placement=self._placement,
@@ -75,25 +126,12 @@ class PartitionFollower:
 
         Returns True when new records or stable-offset marks arrived.
         """
-        if self._tail is None:
+        if not self._tail.following:
             await self.refresh()
-        assert self._tail is not None
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._tail.next())
-        waiters: list[asyncio.Future[Any]] = [self._pending]
-        sleeper = None
-        if until_ms is not None:
-            sleeper = asyncio.ensure_future(self._clock.sleep_until(until_ms))
-            waiters.append(sleeper)
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if sleeper is not None:
-                sleeper.cancel()
-        if not self._pending.done():
+        sleep = None if until_ms is None else self._clock.sleep_until(until_ms)
+        read = await self._tail.next_or(sleep)
+        if read is None:
             return False
-        read = self._pending.result()
-        self._pending = None
         self._apply(read)
         return True
 
@@ -124,16 +162,6 @@ class PartitionFollower:
         self.last_stable_offset = read.last_stable_offset
         self.high_watermark = read.high_watermark
 
-    async def _drop_tail(self) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._pending
-            self._pending = None
-        if self._tail is not None:
-            await self._tail.close()
-            self._tail = None
-
     async def close(self) -> None:
         """Stop tailing."""
-        await self._drop_tail()
+        await self._tail.close()

@@ -2,7 +2,7 @@
 
 `MemoryBroker` is the cluster: a transaction coordinator that mints epochs,
 and partitioned logs with transactions, stable offsets and compaction.
-`MemoryTransport` is one client process on it, implementing the four
+`MemoryTransport` is one client process on it, implementing the six
 `Transport` protocols as `KafkaTransport` does on a real cluster. It exists
 for unit tests and deterministic simulation; it never replaces an
 integration test against a real broker.

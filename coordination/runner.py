@@ -44,7 +44,7 @@ from coordination.clock import Clock, SystemClock
 from coordination.errors import CoordinationError, InvalidStateError
 from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
-from coordination.records import encode_key, registration_key
+from coordination.registration import deregister
 from coordination.tenure import Leadership
 from coordination.transport import Transport
 
@@ -425,8 +425,8 @@ class LeaderRunner:
 
     async def _deregister(self) -> None:
         partition = role_partition(self.role, self.options.partitions)
-        key = encode_key(registration_key(self.role, self.member))
-        appending = asyncio.ensure_future(self.transport.append(partition, key, None))
+        appending = asyncio.ensure_future(
+            deregister(self.transport, partition, self.role, self.member))
         # Best effort: a dead registration is passed over by the next leader.
         if not await self._within(appending, self.stop_timeout):
             appending.cancel()

@@ -31,7 +31,7 @@ from coordination.clock import Clock
 from coordination.errors import FencedError, InvalidStateError, retryable
 from coordination.guarded import IN_TRANSACTION, RecordWriter
 from coordination.options import LeadershipOptions
-from coordination.records import encode_key, registration_key
+from coordination.registration import deregister
 from coordination.token import Token
 from coordination.transport import Registrar
 
@@ -235,21 +235,19 @@ class Leadership(abc.ABC):
         if self._hand_back is None:
             if self._state is TenureState.LEADING:
                 self._move(TenureState.RESIGNING)
-            self._hand_back = asyncio.ensure_future(self._resign_steps(deregister))
+            self._hand_back = asyncio.ensure_future(self._resign_steps(leave=deregister))
         await asyncio.shield(self._hand_back)
 
-    async def _resign_steps(self, deregister: bool) -> None:
+    async def _resign_steps(self, *, leave: bool) -> None:
         errors: list[BaseException] = []
         try:
             async with self._lock:
                 await self._stop_tasks()
                 errors += await self._hand_back_steps()
-                if deregister:
+                if leave:
                     try:
-                        await self._registrar.append(
-                            self.partition,
-                            encode_key(registration_key(self.role, self.member)), None,
-                        )
+                        await deregister(self._registrar, self.partition, self.role,
+                                         self.member)
                     except Exception as exc:
                         errors.append(exc)
         except BaseException as exc:

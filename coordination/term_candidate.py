@@ -7,7 +7,9 @@ are the same), follows its role's partition of the terms topic, and when
 it has seen plus one and reads the partition back to its claim: it leads if
 its claim is the first of its term in offset order
 (docs/term-mode.md#the-election-rule). No transactional producer is created
-and no InitProducerId is sent; the offset order is the referee.
+and no InitProducerId names the role (the plain idempotent producer's own,
+with a null transactional id, mints no role's epoch): the offset order is
+the referee.
 """
 
 from __future__ import annotations
@@ -21,12 +23,7 @@ from coordination.evaluate import ordered_challengers
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
-from coordination.records import (
-    Registration,
-    encode_key,
-    encode_registration,
-    registration_key,
-)
+from coordination.registration import deregister, register
 from coordination.tenure import through_cancellation
 from coordination.term_election import evaluate_term
 from coordination.term_follower import TermFollower
@@ -135,12 +132,8 @@ class _TermCandidate:
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""
-        registration = Registration(self.member, self.clock.now_ms())
-        self.registered_offset = await self.transport.append(
-            self.partition,
-            encode_key(registration_key(self.role, self.member)),
-            encode_registration(registration),
-        )
+        self.registered_offset = await register(self.transport, self.partition, self.role,
+                                                self.member, self.clock.now_ms())
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
     async def _claim(self, term: int, roster: list[str]) -> TermLeadership | None:
@@ -197,8 +190,7 @@ class _TermCandidate:
 
     async def _deregister(self, members: list[str]) -> None:
         for member in members:
-            await self.transport.append(
-                self.partition, encode_key(registration_key(self.role, member)), None)
+            await deregister(self.transport, self.partition, self.role, member)
             log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
 
     async def _give_back(self, term: int, offset: int) -> None:

@@ -10,14 +10,11 @@ from there (docs/term-mode.md#the-election-rule).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from typing import Any
-
 from coordination.clock import Clock
+from coordination.follower import Tailing
 from coordination.state import Record
 from coordination.term_fold import TermFold, TermView
-from coordination.transport import PartitionRead, PartitionTail, TermLog
+from coordination.transport import PartitionRead, TermLog
 
 __all__ = ["TermFollower"]
 
@@ -36,8 +33,7 @@ class TermFollower:
         """The partition's end as of the last read: every record below it is folded."""
         self.quiet_since_ms = clock.monotonic_ms()
         self._sign: int | None = None
-        self._tail: PartitionTail | None = None
-        self._pending: asyncio.Future[PartitionRead] | None = None
+        self._tail = Tailing()
 
     @property
     def view(self) -> TermView:
@@ -52,8 +48,8 @@ class TermFollower:
         """
         read = await self._log.read_terms(self.partition)
         self._apply(read)
-        if self._tail is None:
-            self._tail = await self._log.tail_terms(self.partition, read.high_watermark)
+        if not self._tail.following:
+            await self._tail.start(self._log.tail_terms(self.partition, read.high_watermark))
 
     async def wait(self, until_monotonic_ms: int | None) -> bool:
         """Wait for new records, or for `until_monotonic_ms` on the monotonic clock.
@@ -61,25 +57,13 @@ class TermFollower:
         Returns True when records arrived. Cancelling it loses nothing: the
         pending read is kept for the next call.
         """
-        if self._tail is None:
+        if not self._tail.following:
             await self.read_to_end()
-        assert self._tail is not None
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._tail.next())
-        waiters: list[asyncio.Future[Any]] = [self._pending]
-        sleeper = None
-        if until_monotonic_ms is not None:
-            sleeper = asyncio.ensure_future(self._clock.sleep_until_monotonic(until_monotonic_ms))
-            waiters.append(sleeper)
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if sleeper is not None:
-                sleeper.cancel()
-        if not self._pending.done():
+        sleep = (None if until_monotonic_ms is None
+                 else self._clock.sleep_until_monotonic(until_monotonic_ms))
+        read = await self._tail.next_or(sleep)
+        if read is None:
             return False
-        read = self._pending.result()
-        self._pending = None
         self._apply(read)
         return True
 
@@ -99,11 +83,4 @@ class TermFollower:
 
     async def close(self) -> None:
         """Stop tailing."""
-        if self._pending is not None:
-            self._pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._pending
-            self._pending = None
-        if self._tail is not None:
-            await self._tail.close()
-            self._tail = None
+        await self._tail.close()

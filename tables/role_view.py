@@ -1,6 +1,8 @@
 """The JSON shapes of docs/app.md#web-view for one role, from table values or a `RoleState`.
 
-`summary` is one row of ``GET /roles/``; `detail` is ``GET /roles/{role}/``.
+`row` is one row of ``GET /roles/`` (the library's `summary` plus the last
+offset folded, which a client following ``GET /events/`` compares event
+offsets with); `detail` is ``GET /roles/{role}/``.
 Both take the instant of the read, because status is computed on read. The
 summary and the status are the library's (`coordination.json_forms`), which
 the operator CLI's ``roles`` prints too, so the table path and the log path
@@ -29,6 +31,7 @@ __all__ = [
     "Status",
     "detail",
     "merged_state",
+    "row",
     "skips_of_state",
     "skips_of_values",
     "status_of",
@@ -83,10 +86,17 @@ def skips_of_state(state: RoleState) -> Skips:
     return Skips(state.skipped + state.misplaced, list(state.errors), state.misplaced)
 
 
-def detail(state: RoleState, skips: Skips, partition: int, now_ms: int) -> dict[str, Any]:
-    """The summary plus roster, lease, skipped count and last error."""
+def row(value: RoleValue, now_ms: int) -> dict[str, Any]:
+    """One role of ``GET /roles/``: its summary and the last offset folded into it."""
+    return {**summary(value.state, now_ms), "offset": value.last_offset}
+
+
+def detail(state: RoleState, skips: Skips, partition: int, now_ms: int,
+           offset: int) -> dict[str, Any]:
+    """The row plus roster, lease, skipped count and last error."""
     return {
         **summary(state, now_ms),
+        "offset": offset,
         "partition": partition,
         "roster": roster_json(state),
         "lease": lease_json(state),

@@ -8,13 +8,14 @@ is cached per role, so a describe is one round trip. A coordinator that moved
 (15 COORDINATOR_NOT_AVAILABLE, 16 NOT_COORDINATOR, or a connection that fails)
 is looked up again; one still loading (14) or finishing a transaction (51
 CONCURRENT_TRANSACTIONS, InitProducerId only) is retried after a short backoff.
-Every call is bounded by the transport's operation timeout.
+Every call is bounded by the transport's operation timeout, in the caller's
+task: a describe of a started transport creates no task and takes no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
@@ -125,6 +126,10 @@ class TransactionCoordinators:
             await stop_client(client)
 
     async def _started(self) -> Any:
+        # The lock only keeps two first calls from starting two clients: once
+        # one is up, an authority check reads it without waiting on the lock.
+        if self._client is not None:
+            return self._client
         async with self._start_lock:
             if self._client is None:
                 client = AIOKafkaClient(**self._options.client())
@@ -138,10 +143,12 @@ class TransactionCoordinators:
                 self._client = client
             return self._client
 
-    async def _bounded(self, work: Any, what: str) -> T:
+    async def _bounded(self, work: Awaitable[T], what: str) -> T:
+        # asyncio.timeout runs `work` in the caller's task; wait_for would
+        # create a task per call, on the path of every authority check.
         try:
-            result: T = await asyncio.wait_for(work, self._timeout)
-            return result
+            async with asyncio.timeout(self._timeout):
+                return await work
         except TimeoutError as exc:
             raise KafkaUnavailableError(
                 f"{what}: no answer from the transaction coordinator within "

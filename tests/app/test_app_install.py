@@ -65,7 +65,8 @@ def test_install_adds_the_tables_topics_agents_and_views_beside_the_app_s_own():
     assert set(app.agents) >= {"user-orders", "coordination-fold", "coordination-ticks",
                                "coordination-events-seen"}
     assert set(app.web.views) == {"/", "/health", "/ready", "/metrics", "/roles/",
-                                  "/roles/{role}/", "/roles/{role}/authoritative"}
+                                  "/roles/{role}/", "/roles/{role}/authoritative",
+                                  "/events/"}
     assert installation.roles == {}
 
 

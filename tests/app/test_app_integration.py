@@ -9,6 +9,7 @@ wiped data directory. Every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from agents.events import KINDS
 from coordination import (
     Registration,
     RoleState,
+    acquire_leadership,
     describe_role_state,
     encode_key,
     encode_registration,
@@ -36,6 +38,7 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport
 from tests.app.test_app_harness import AppGroup, AppWorker, get_text, poll
+from tests.support.browser import Browser, chromium
 
 pytestmark = pytest.mark.integration
 
@@ -146,13 +149,16 @@ def test_every_worker_lists_every_role_in_the_documented_shape(group):
     for worker in group.workers:
         rows = poll(lambda w=worker: listing(w), 30, f"all roles from {worker.port}")
         for row in rows:
-            assert set(row) == {"role", "holder", "token", "deadline", "status", "members"}
+            assert set(row) == {"role", "holder", "token", "deadline", "status", "members",
+                                "offset"}
+            assert isinstance(row["offset"], int)
         demo = next(row for row in rows if row["role"] == DEMO)
         assert demo["status"] == "held"
         assert demo["members"] == 3
         extra = next(row for row in rows if row["role"] == EXTRA_ROLES[0])
-        assert extra == {"role": EXTRA_ROLES[0], "holder": None, "token": None,
-                         "deadline": None, "status": "vacant", "members": 1}
+        assert {**extra, "offset": None} == {
+            "role": EXTRA_ROLES[0], "holder": None, "token": None, "deadline": None,
+            "status": "vacant", "members": 1, "offset": None}
 
 
 def test_a_role_is_served_by_the_worker_owning_its_partition(group):
@@ -237,44 +243,88 @@ def test_metrics_and_dashboard(group):
     assert (status, ctype) == (200, "text/html")
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_the_dashboard_in_headless_chromium_follows_the_roles_through_server_sent_events(
+        group):
+    """The page lists every role with its holder, then shows a role elected and
+    resigned after it loaded, without a reload and without asking /roles/ again."""
+    asyncio.run(_dashboard_follows_the_events(group, group.workers[0]))
 
 
-def _run_chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    browser = _chromium()
-    assert browser is not None
-    return subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--hide-scrollbars", "--virtual-time-budget=6000", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+ROWS = """Object.fromEntries([...document.querySelectorAll('#roles tbody tr')].map(tr =>
+  [tr.dataset.role, {status: tr.querySelector('.status').textContent,
+                     holder: tr.querySelector('.holder').textContent,
+                     tenures: [...tr.querySelectorAll('.tenure')].map(t =>
+                       [t.dataset.member, t.dataset.end])}]))"""
+FEED = "[...document.querySelectorAll('#feed li')].map(li => [li.dataset.role, li.dataset.kind])"
 
 
-@pytest.mark.skipif(_chromium() is None, reason="Debian's chromium package is not installed")
-def test_the_dashboard_in_headless_chromium_shows_the_roles_and_holders(group):
-    worker = group.workers[0]
+async def _dashboard_follows_the_events(group: AppGroup, worker: AppWorker) -> None:
+    async def until(expression: str, check, what: str, within: float = 60) -> Any:
+        deadline = time.monotonic() + within
+        while True:
+            value = await browser.evaluate(expression)
+            if check(value):
+                return value
+            assert time.monotonic() < deadline, f"{what}: still {value!r} after {within} s"
+            await asyncio.sleep(0.2)
 
-    def rendered() -> dict[str, str] | None:
-        dom = _run_chromium("--dump-dom", worker.url + "/").stdout
-        rows = dict(re.findall(
-            r'<tr data-role="([^"]+)"><td class="role">[^<]*</td><td class="status [^"]*">'
-            r'[^<]*</td><td class="holder">([^<]*)</td>', dom))
-        return rows if {DEMO, *EXTRA_ROLES} <= set(rows) else None
+    late = f"late-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    async with Browser() as browser, \
+            KafkaTransport(group.bootstrap, topic=group.state_topic) as transport:
+        await browser.open(worker.url + "/")
+        await until("document.body && document.body.dataset.stream", lambda s: s == "open",
+                    "the EventSource connected")
+        shown = await until(ROWS, lambda rows: {DEMO, *EXTRA_ROLES} <= set(rows or {}),
+                            "every role listed")
+        status, api = worker.get("/roles/")
+        assert status == 200
+        # The demo holder is stable between the two reads (nobody is failing over).
+        assert {role: row["holder"] for role, row in shown.items()} == {
+            row["role"]: row["holder"] or "\u2014" for row in api["roles"]}
+        loaded = len(browser.requests)
 
-    shown = poll(rendered, 90, "the dashboard listing every role", interval=1)
-    status, api = worker.get("/roles/")
-    assert status == 200
-    holders = {row["role"]: row["holder"] or "\u2014" for row in api["roles"]}
-    # The demo holder is stable between the two reads (nobody is failing over).
-    assert shown == holders
-    artifacts = ROOT / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
-    screenshot = artifacts / "dashboard.png"
-    screenshot.unlink(missing_ok=True)
-    _run_chromium(f"--screenshot={screenshot}", "--window-size=1280,720", worker.url + "/")
-    assert screenshot.stat().st_size > 10_000
-    print(f"\ndashboard screenshot: {screenshot}")
+        leadership = await acquire_leadership(
+            transport, late, "outsider-late", partitions=group.partitions,
+            lease_duration=10, renew_interval=2, challenge_stagger=1)
+        rows = await until(ROWS, lambda rows: rows.get(late, {}).get("holder") ==
+                           "outsider-late", "the role elected after the page loaded")
+        assert rows[late]["status"] == "held"
+        assert rows[late]["tenures"] == [["outsider-late", "ongoing"]]
+        await leadership.resign()
+        rows = await until(ROWS, lambda rows: rows[late]["status"] == "vacant",
+                           "the resignation")
+        assert rows[late]["tenures"] == [["outsider-late", "resigned"]]
+        feed = await browser.evaluate(FEED)
+        assert [kind for role, kind in reversed(feed) if role == late] == [
+            "member-joined", "elected", "resigned", "member-left"]
+        workers = await browser.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#workers li')].map(li =>"
+            " [li.dataset.worker, Number(li.querySelector('.count').textContent)]))")
+        holder = next(row["holder"] for row in api["roles"] if row["role"] == DEMO)
+        assert workers[holder] >= 1
+
+        # The filter keeps the roles whose name or worker matches.
+        async def filtered(text: str) -> set[str]:
+            await browser.evaluate(
+                "(() => { const f = document.getElementById('filter'); "
+                f"f.value = {json.dumps(text)}; f.dispatchEvent(new Event('input')); }})()")
+            return set(await browser.evaluate(ROWS))
+        assert await filtered(late) == {late}
+        assert await filtered(holder) == {DEMO}  # the only role it holds, or held while seen
+        assert await filtered("") >= {DEMO, late, *EXTRA_ROLES}
+
+        after = browser.requests[loaded:]
+        assert [r["url"] for r in after if "/roles/" in r["url"]] == []  # no polling
+        streams = [r for r in browser.requests if r["type"] == "EventSource"]
+        assert [r["url"] for r in streams] == [worker.url + "/events/"]  # never reconnected
+        artifacts = ROOT / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        screenshot = artifacts / "dashboard.png"
+        screenshot.unlink(missing_ok=True)
+        screenshot.write_bytes(await browser.screenshot())
+        assert screenshot.stat().st_size > 10_000
+        print(f"\ndashboard screenshot: {screenshot}")
 
 
 # --- the operator CLI -----------------------------------------------------------------

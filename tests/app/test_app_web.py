@@ -138,7 +138,7 @@ async def get(session: aiohttp.ClientSession, url: str):
         return response.status, ctype, body
 
 
-SUMMARY_FIELDS = {"role", "holder", "token", "deadline", "status", "members"}
+SUMMARY_FIELDS = {"role", "holder", "token", "deadline", "status", "members", "offset"}
 
 
 async def test_roles_gathers_every_worker_in_the_documented_shape(workers):
@@ -153,10 +153,12 @@ async def test_roles_gathers_every_worker_in_the_documented_shape(workers):
         assert rows[A_ROLE] == {
             "role": A_ROLE, "holder": "a", "token": {"producer_id": 1000, "producer_epoch": 3},
             "deadline": NOW + 29_000, "status": "held", "members": 2,
+            "offset": 2,  # the last of its records folded (the garbage key is the partition's)
         }
         assert rows[B_ROLE]["status"] == "lapsed"
         assert rows[A_OTHER] == {"role": A_OTHER, "holder": None, "token": None,
-                                 "deadline": None, "status": "vacant", "members": 1}
+                                 "deadline": None, "status": "vacant", "members": 1,
+                                 "offset": 0}
         assert body["unavailable"] == []
 
 
@@ -323,12 +325,15 @@ async def test_metrics_are_openmetrics_when_the_scraper_asks_for_it(workers):
     assert "# TYPE coordination_elections counter" in text
 
 
-async def test_the_dashboard_is_html_that_polls_the_api(workers):
+async def test_the_dashboard_is_one_self_contained_page_that_follows_the_events(workers):
     a, _, session, _ = workers
     status, ctype, text = await get(session, f"{a.url}/")
     assert (status, ctype) == (200, "text/html")
-    assert 'getJson("/roles/")' in text
-    assert "setInterval(refresh, 1000)" in text
+    assert 'new EventSource("/events/")' in text
+    assert text.count('fetch("/roles/"') == 1  # the listing, read once (the browser test
+    # checks that it is not asked again)
+    for external in ("http://", "https://", "<script src", "<link", "@import", "url("):
+        assert external not in text
 
 
 async def test_a_role_detail_reports_tenures_begun_out_of_the_workers_placement_order(workers):

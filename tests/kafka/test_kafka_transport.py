@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
 
 import coordination.kafka.transport as kafka_transport_module
 from coordination import (
+    NO_EPOCH,
     TERM_HEADER,
     Claim,
     Heartbeat,
@@ -373,3 +375,45 @@ async def test_the_leadership_flow_runs_on_the_real_broker(kafka_bootstrap, tran
     assert await committed_values(kafka_bootstrap, output) == [b"guarded"]
     await leadership.resign()
     assert not (await describe_leadership(transport, role)).authoritative(leadership.token)
+
+
+# ------------------------------------------------------- the authority check
+
+
+async def test_an_authority_check_creates_no_task_and_finds_the_coordinator_once(
+        transport, role, monkeypatch):
+    await describe_leadership(transport, role)  # the first call finds the coordinator
+    lookups: list[str] = []
+    lookup = AIOKafkaClient.coordinator_lookup
+
+    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
+        lookups.append(key)
+        return await lookup(self, kind, key)
+
+    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+    default_factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    assert default_factory is None  # so the plain Task is what the loop makes
+    loop.set_task_factory(counting)
+    try:
+        for _ in range(20):
+            assert (await describe_leadership(transport, role)).token == NO_EPOCH
+    finally:
+        loop.set_task_factory(default_factory)
+    assert created == []
+    assert lookups == []
+
+
+async def test_a_started_transport_checks_authority_without_waiting_on_the_start_lock(
+        transport, role):
+    await describe_leadership(transport, role)
+    # A first call that is still starting the client holds this lock.
+    async with transport._coordinators._start_lock:
+        status = await asyncio.wait_for(describe_leadership(transport, role), DEADLINE)
+    assert status.role == role

@@ -16,6 +16,11 @@ SETTLE_WITHIN = 10.0
 """Seconds a role's acknowledged commit may take to become readable."""
 
 
+def terms_topic_of(state_topic: str) -> str:
+    """The terms topic `create_state_and_output_topics` made beside `state_topic`."""
+    return state_topic.replace("state-", "terms-", 1)
+
+
 async def create_state_and_output_topics(
     bootstrap: str,
     partitions: int,
@@ -23,15 +28,20 @@ async def create_state_and_output_topics(
     replication: int = 1,
     state_configs: dict[str, str] | None = None,
 ) -> tuple[str, str]:
-    """A fresh compacted state topic with `partitions` and a one-partition output topic."""
+    """A fresh compacted state topic with `partitions` and a one-partition output topic.
+
+    Term mode's terms topic comes with it, named `terms_topic_of(state)`, with
+    the state topic's partition count and settings.
+    """
     suffix = uuid.uuid4().hex[:8]
     state, output = f"state-{suffix}", f"output-{suffix}"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
+        configs = {"cleanup.policy": "compact", **(state_configs or {})}
         await admin.create_topics([
-            NewTopic(state, partitions, replication,
-                     topic_configs={"cleanup.policy": "compact", **(state_configs or {})}),
+            NewTopic(state, partitions, replication, topic_configs=configs),
+            NewTopic(terms_topic_of(state), partitions, replication, topic_configs=configs),
             NewTopic(output, 1, replication),
         ])
     finally:
