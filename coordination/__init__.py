@@ -107,9 +107,11 @@ from coordination.runner import (
     TenureStop,
 )
 from coordination.state import OutOfOrder, Record, RoleState, RosterEntry
-from coordination.status import LeadershipStatus
+from coordination.status import LeadershipStatus, TermRoleStatus, TermStatus
 from coordination.tenure import Leadership, TenureState
+from coordination.term_describe import describe_term_roles, highest_terms
 from coordination.term_filter import TermFilter
+from coordination.term_fold import TermChange, TermElected, TermPartitionFold, TermResigned
 from coordination.term_records import (
     TERM_HEADER,
     Barrier,
@@ -133,6 +135,7 @@ from coordination.term_records import (
     heartbeat_key,
 )
 from coordination.term_tenure import TermLeadership, TermWriter
+from coordination.term_watch import watch_term_events
 from coordination.token import NO_EPOCH, FencingToken, TermToken, Token
 from coordination.transport import (
     Coordinator,
@@ -219,11 +222,17 @@ __all__ = [
     "SystemClock",
     "TenureState",
     "TenureStop",
+    "TermChange",
+    "TermElected",
     "TermFilter",
     "TermKey",
     "TermKind",
     "TermLeadership",
+    "TermPartitionFold",
+    "TermResigned",
+    "TermRoleStatus",
     "TermStamp",
+    "TermStatus",
     "TermToken",
     "TermWriter",
     "Token",
@@ -247,6 +256,7 @@ __all__ = [
     "describe_leadership",
     "describe_role_state",
     "describe_roles",
+    "describe_term_roles",
     "encode_barrier",
     "encode_claim",
     "encode_heartbeat",
@@ -257,6 +267,7 @@ __all__ = [
     "encode_term_key",
     "evaluate",
     "heartbeat_key",
+    "highest_terms",
     "lease_key",
     "murmur2",
     "plan",
@@ -265,4 +276,5 @@ __all__ = [
     "role_partition",
     "to_positive",
     "watch_roles",
+    "watch_term_events",
 ]

@@ -8,6 +8,14 @@
     watch [ROLE ...]   follow the state topic and print each leadership change
                        as it is committed, until Ctrl-C or SIGTERM
 
+--fencing term (or COORDINATION_FENCING=term) reads term-mode roles: describe,
+state and roles read the terms topic (--terms-topic) to its end and show each
+role's highest term, its holder, and whether the holder's heartbeats are live
+(its latest claim or heartbeat younger than --lease-duration, the role's
+election timeout, by the record's timestamp against this machine's clock) or
+it resigned; watch adds the terms topic's elected and resigned events. fence
+is epoch mode's only: a term-mode holder is deposed by a higher claim.
+
 Every command takes the worker's connection settings: the KAFKA_* variables
 (KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*),
 each overridden by its flag (--bootstrap-servers, --security-protocol ...).
@@ -33,7 +41,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TextIO
 
@@ -43,7 +51,14 @@ from coordination.clock import SystemClock
 from coordination.describe import describe_leadership, describe_role_state, describe_roles
 from coordination.errors import ConfigurationError, StateTopicError
 from coordination.events import LeadershipEvent, describe
-from coordination.json_forms import lease_json, roster_json, summary_json, token_json
+from coordination.json_forms import (
+    lease_json,
+    roster_json,
+    summary_json,
+    term_json,
+    term_summary_json,
+    token_json,
+)
 from coordination.kafka import (
     Connection,
     KafkaTransport,
@@ -51,17 +66,23 @@ from coordination.kafka import (
     KafkaUnavailableError,
 )
 from coordination.kafka.errors import is_outage
+from coordination.options import FENCINGS, check_fencing
 from coordination.partition import role_partition
 from coordination.state import RoleState
-from coordination.status import LeadershipStatus
+from coordination.status import LeadershipStatus, TermStatus
+from coordination.term_describe import describe_term_roles
+from coordination.term_watch import watch_term_events
 from coordination.watch import watch_events
 
-__all__ = ["DISTRIBUTION", "PROG", "installed_version", "main", "output_format", "state_json",
-           "status_json"]
+__all__ = ["DISTRIBUTION", "FENCING_VARIABLE", "PROG", "installed_version", "main",
+           "output_format", "roles_json", "state_json", "status_json", "term_state_json",
+           "term_status_json"]
 
 PROG = "krabka-coordination"
 DISTRIBUTION = "krabka-coordination"
 OUTPUTS = ("table", "json")
+FENCING_VARIABLE = "COORDINATION_FENCING"
+"""The worker's setting of the fencing mode, which the CLI reads too."""
 
 
 def status_json(status: LeadershipStatus) -> dict[str, Any]:
@@ -80,6 +101,38 @@ def state_json(state: RoleState, partition: int) -> dict[str, Any]:
         "skipped": [{"offset": offset, "reason": reason} for offset, reason in state.errors],
         "misplaced": state.misplaced,
     }
+
+
+def term_status_json(status: TermStatus) -> dict[str, Any]:
+    """The JSON form of a `TermStatus`: `term_json` with the role, partition and reading time."""
+    return {"role": status.role, "fencing": "term", "partition": status.partition,
+            **term_json(status), "now": status.read_at}
+
+
+def term_state_json(state: RoleState, status: TermStatus) -> dict[str, Any]:
+    """The JSON form of a term-mode role: its roster from the state topic, its term
+    from the terms topic, and the records skipped on each."""
+    return {
+        "role": state.role,
+        "fencing": "term",
+        "partition": status.partition,
+        "roster": roster_json(state),
+        "term": term_json(status),
+        "skipped": [{"offset": offset, "reason": reason} for offset, reason in state.errors],
+        "terms_skipped": [{"offset": offset, "reason": reason}
+                          for offset, reason in status.errors],
+        "misplaced": state.misplaced,
+        "now": status.read_at,
+    }
+
+
+def roles_json(states: list[RoleState], statuses: list[TermStatus], now: int) -> dict[str, Any]:
+    """The JSON form of a term-mode listing: every role of either topic, by name."""
+    by_state = {state.role: state for state in states}
+    by_status = {status.role: status for status in statuses}
+    return {"fencing": "term", "now": now, "roles": [
+        term_summary_json(role, by_status.get(role), by_state.get(role))
+        for role in sorted(by_state.keys() | by_status.keys())]}
 
 
 def installed_version() -> str:
@@ -103,18 +156,28 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--topic", default=defaults.STATE_TOPIC, help="the state topic")
     common.add_argument("--output", "-o", choices=OUTPUTS, default=None,
                         help="table (the default on a terminal) or json (the default otherwise)")
+    common.add_argument("--fencing", default=os.environ.get(FENCING_VARIABLE, defaults.FENCING),
+                        metavar="{" + ",".join(FENCINGS) + "}",
+                        help=f"the roles' fencing mode (default ${FENCING_VARIABLE}, "
+                             f"else {defaults.FENCING})")
+    common.add_argument("--terms-topic", default=defaults.TERMS_TOPIC,
+                        help="the terms topic (term mode)")
     partitions = argparse.ArgumentParser(add_help=False)
     partitions.add_argument("--partitions", type=int, default=defaults.PARTITIONS,
                             help="the state topic's partition count (default %(default)s)")
+    timeout = argparse.ArgumentParser(add_help=False)
+    timeout.add_argument("--lease-duration", type=float, default=defaults.LEASE_DURATION,
+                         help="seconds; in term mode the roles' election timeout, which "
+                              "judges whether a holder is live (default %(default)s)")
     parser = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"{PROG} {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    describe_ = commands.add_parser("describe", parents=[common],
+    describe_ = commands.add_parser("describe", parents=[common, partitions, timeout],
                                     help="the role's current token")
     describe_.add_argument("role")
-    state = commands.add_parser("state", parents=[common, partitions],
+    state = commands.add_parser("state", parents=[common, partitions, timeout],
                                 help="the role's roster and lease from the log")
     state.add_argument("role")
     fence = commands.add_parser("fence", parents=[common],
@@ -122,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     fence.add_argument("role")
     fence.add_argument("--transaction-timeout", type=float, default=60.0,
                        help="seconds; the fenced producer's transaction timeout (default 60)")
-    commands.add_parser("roles", parents=[common, partitions],
+    commands.add_parser("roles", parents=[common, partitions, timeout],
                         help="every role on the state topic")
     watch = commands.add_parser("watch", parents=[common, partitions],
                                 help="print each leadership change as it is committed")
@@ -135,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _answer(transport: KafkaTransport, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON answer of a one-shot command."""
+    if args.fencing == "term":
+        return await _term_answer(transport, args)
     if args.command == "describe":
         return status_json(await describe_leadership(transport, args.role))
     if args.command == "state":
@@ -150,6 +215,23 @@ async def _answer(transport: KafkaTransport, args: argparse.Namespace) -> dict[s
     return {"role": args.role, "fenced": status_json(before)["token"], "token": token_json(token)}
 
 
+async def _term_answer(transport: KafkaTransport, args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON answer of describe, state or roles for term-mode roles."""
+    clock = SystemClock()
+    if args.command == "roles":
+        states = await describe_roles(transport, args.partitions)
+        statuses = await describe_term_roles(transport, args.partitions,
+                                             election_timeout=args.lease_duration, clock=clock)
+        return roles_json(states, statuses, clock.now_ms())
+    status = await describe_leadership(transport, args.role, fencing="term",
+                                       partitions=args.partitions,
+                                       election_timeout=args.lease_duration, clock=clock)
+    if args.command == "describe":
+        return term_status_json(status)
+    return term_state_json(await describe_role_state(transport, args.role, args.partitions),
+                           status)
+
+
 async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: bool) -> None:
     """Follow the events until SIGINT or SIGTERM, then return."""
     def emit(event: LeadershipEvent) -> None:
@@ -157,17 +239,30 @@ async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: boo
         # Flushed per line: a pipe would otherwise hold events back for minutes.
         print(describe(body) if table else json.dumps(body, ensure_ascii=False), flush=True)
 
+    term = args.fencing == "term"
+    topics = f"{args.topic} and {args.terms_topic}" if term else args.topic
+    caught_up = 0
+
     def following() -> None:
+        # In term mode two watches catch up, each calling this once.
+        nonlocal caught_up
+        caught_up += 1
+        if caught_up < (2 if term else 1):
+            return
         which = ", ".join(args.roles) if args.roles else "every role"
-        print(f"following {args.topic} ({which}); Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(f"following {topics} ({which}); Ctrl-C to stop", file=sys.stderr, flush=True)
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    watching = asyncio.ensure_future(watch_events(
-        transport, args.partitions, emit, roles=args.roles,
-        from_beginning=args.from_beginning, following=following))
+    watches = [watch_events(transport, args.partitions, emit, roles=args.roles,
+                            from_beginning=args.from_beginning, following=following)]
+    if term:
+        watches.append(watch_term_events(transport, args.partitions, emit, roles=args.roles,
+                                         from_beginning=args.from_beginning,
+                                         following=following))
+    watching = asyncio.ensure_future(_until_one_ends(watches))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -182,9 +277,27 @@ async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: boo
             await watching
 
 
+async def _until_one_ends(watches: list[Coroutine[Any, Any, None]]) -> None:
+    """Run `watches` until one ends (they end only by raising); then stop the others.
+
+    Not a TaskGroup: it would wrap the error in an ExceptionGroup, and the
+    exit status is chosen by the error's own type.
+    """
+    tasks = [asyncio.ensure_future(watch) for watch in watches]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def _run(args: argparse.Namespace, table: bool) -> None:
     connection = Connection.from_arguments(args)
     async with KafkaTransport(connection.bootstrap_servers, topic=args.topic,
+                              terms_topic=args.terms_topic,
                               **connection.client_options()) as transport:
         if args.command == "watch":
             await _watch(transport, args, table)
@@ -196,7 +309,16 @@ async def _run(args: argparse.Namespace, table: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and print its result; see the module docstring."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        args.fencing = check_fencing(args.fencing)
+    except ValueError as exc:
+        parser.error(f"--fencing (or ${FENCING_VARIABLE}): {exc}")
+    if args.command == "fence" and args.fencing == "term":
+        parser.error("fence deposes an epoch-mode holder with InitProducerId; a term-mode "
+                     "holder is deposed by a claim of a higher term, which this CLI does not "
+                     f"make (drop --fencing term, or ${FENCING_VARIABLE})")
     try:
         asyncio.run(_run(args, table=output_format(args.output, sys.stdout) == "table"))
     except ConfigurationError as exc:

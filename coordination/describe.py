@@ -2,26 +2,71 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 from coordination import defaults
+from coordination.clock import Clock
 from coordination.errors import FormatError
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold, build_role_state
+from coordination.options import check_fencing
 from coordination.partition import role_partition
 from coordination.records import decode_key
 from coordination.state import Record, RoleState
-from coordination.status import LeadershipStatus
-from coordination.transport import Coordinator, StateReader
+from coordination.status import LeadershipStatus, TermStatus
+from coordination.term_describe import describe_term_leadership
+from coordination.transport import Coordinator, StateReader, TermLog
 
 __all__ = ["describe_leadership", "describe_role_state", "describe_roles"]
 
 
-async def describe_leadership(coordinator: Coordinator, role: str) -> LeadershipStatus:
-    """The coordinator's current token for `role`, in one round trip.
+@overload
+async def describe_leadership(source: Coordinator, role: str, *,
+                              fencing: Literal["epoch"] = "epoch") -> LeadershipStatus: ...
 
-    ``describe_leadership(c, role).authoritative(token)`` is how a third party
-    checks a writer; a role no member has taken reports `NO_EPOCH`.
+
+@overload
+async def describe_leadership(source: TermLog, role: str, *, fencing: Literal["term"],
+                              partitions: int = defaults.PARTITIONS,
+                              election_timeout: float = defaults.LEASE_DURATION,
+                              clock: Clock | None = None) -> TermStatus: ...
+
+
+async def describe_leadership(
+    source: Any, role: str, *, fencing: str = "epoch", partitions: int | None = None,
+    election_timeout: float | None = None, clock: Clock | None = None,
+) -> LeadershipStatus | TermStatus:
+    """`role`'s current token, as its referee says it now.
+
+    Epoch mode (the default): the transaction coordinator's token, in one
+    round trip (DescribeTransactions); a role no member has taken reports
+    `NO_EPOCH`. ``describe_leadership(c, role).authoritative(token)`` is how
+    a third party checks a writer.
+
+    Term mode (``fencing="term"``, `source` a `TermLog`): reads the role's
+    partition of the terms topic (of `partitions` partitions) to its end and
+    returns a `TermStatus`: the highest term (`.token`, None if never
+    claimed), its `.holder`, whether it `.resigned`, and whether its
+    heartbeats are `.live`: the latest sign of life of the term (its claim
+    or a heartbeat) is younger than `election_timeout` seconds (the role's
+    ``lease_duration``), judged by that record's Kafka timestamp against
+    `clock`'s wall clock (the system's by default), because a reader has no
+    other clock to judge by. ``.authoritative(token)`` is equality with the
+    highest term while its holder has not resigned.
     """
-    return await coordinator.describe_epoch(role)
+    if check_fencing(fencing) == "term":
+        return await describe_term_leadership(
+            source, role, partitions=defaults.PARTITIONS if partitions is None else partitions,
+            election_timeout=(defaults.LEASE_DURATION if election_timeout is None
+                              else election_timeout), clock=clock)
+    given = [name for name, value in (("partitions", partitions),
+                                      ("election_timeout", election_timeout),
+                                      ("clock", clock)) if value is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}= belong to fencing='term'; epoch mode asks the "
+                         "transaction coordinator, which needs neither")
+    status: LeadershipStatus = await source.describe_epoch(role)
+    return status
 
 
 async def describe_role_state(

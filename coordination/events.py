@@ -8,6 +8,10 @@ One flat JSON object per event; every field is always present, null when it
 does not apply to the kind. Subscribers dedupe by ``(role, kind, offset)``:
 events can repeat after a fence of Faust's own producer, and one source record
 can end one tenure (``lapsed``) and start the next (``elected``).
+
+A term-mode role's ``elected`` and ``resigned`` come from its partition of
+``__coordination_terms`` instead (`term_change_event`): the same fields, the
+token ``{"term": n}``, and the offset of the claim or resign there.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from coordination.changes import (
 from coordination.json_forms import token_json
 from coordination.records import Lease
 from coordination.state import RoleState
-from coordination.token import FencingToken
+from coordination.term_fold import TermChange, TermElected, TermResigned
+from coordination.token import FencingToken, TermToken, Token
 
-__all__ = ["KINDS", "EventKind", "LeadershipEvent", "change_event", "describe", "lease_event"]
+__all__ = ["KINDS", "EventKind", "LeadershipEvent", "change_event", "describe", "lease_event",
+           "term_change_event"]
 
 SCHEMA = 1
 
@@ -49,6 +55,8 @@ class LeadershipEvent:
     ``__coordination_state``: for ``lapsed`` it is the lease record whose
     deadline passed (so the event is the same whether a tick or the next
     record noticed the lapse); `timestamp` is that record's Kafka timestamp.
+    A term-mode ``elected`` or ``resigned`` locates its claim or resign in
+    ``__coordination_terms``, and its tokens are `TermToken`.
     """
 
     role: str
@@ -57,12 +65,12 @@ class LeadershipEvent:
     partition: int
     offset: int
     timestamp: int
-    token: FencingToken | None = None
+    token: Token | None = None
     tenure: int | None = None
     granted_at: int | None = None
     deadline: int | None = None
     previous_holder: str | None = None
-    previous_token: FencingToken | None = None
+    previous_token: Token | None = None
     rank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -143,6 +151,33 @@ def lease_event(
     )
 
 
+def term_change_event(role: str, partition: int, change: TermChange) -> LeadershipEvent:
+    """The event a term-mode change of `role` (`TermFold.apply`) is.
+
+    ``elected``: the winning claim's member, term, offset (the tenure, as
+    `TermLeadership.tenure` is) and Kafka timestamp (as `granted_at`), and
+    the previous term's holder. ``resigned``: the resigned term's, located
+    at the resign. There is no lease, so no `deadline`; the roster is on
+    another topic, with no order shared with this one, so no `rank`.
+    """
+    claim = change.claim
+    token = TermToken(claim.term)
+    match change:
+        case TermElected():
+            previous = change.previous
+            return LeadershipEvent(
+                role, "elected", claim.member, partition, claim.offset, claim.timestamp,
+                token=token, tenure=claim.offset, granted_at=claim.timestamp,
+                previous_holder=None if previous is None else previous.member,
+                previous_token=None if previous is None else TermToken(previous.term))
+        case TermResigned():
+            return LeadershipEvent(role, "resigned", claim.member, partition, change.offset,
+                                   change.timestamp, token=token, tenure=claim.offset,
+                                   granted_at=claim.timestamp)
+        case _:
+            assert_never(change)
+
+
 def describe(event: Mapping[str, Any]) -> str:
     """One readable line for a published event (its JSON form), for a terminal.
 
@@ -154,13 +189,13 @@ def describe(event: Mapping[str, Any]) -> str:
     role, member, kind = event.get("role"), event.get("member"), event.get("kind")
     token = _token_text(event.get("token"))
     if kind == "elected":
-        text = f"{member} leads {role!r} (token {token}"
+        text = f"{member} leads {role!r} ({token}"
         previous = event.get("previous_holder")
         text += f", after {previous})" if previous else ")"
     elif kind == "resigned":
-        text = f"{member} resigned {role!r} (token {token})"
+        text = f"{member} resigned {role!r} ({token})"
     elif kind == "lapsed":
-        text = f"the lease of {member} on {role!r} lapsed (token {token})"
+        text = f"the lease of {member} on {role!r} lapsed ({token})"
     elif kind == "member-joined":
         text = f"{member} stands for {role!r} (rank {event.get('rank')})"
     elif kind == "member-left":
@@ -176,5 +211,7 @@ def _token(lease: Lease) -> FencingToken:
 
 def _token_text(token: Any) -> str:
     if not isinstance(token, Mapping):
-        return "none"
-    return f"{token.get('producer_id')}/{token.get('producer_epoch')}"
+        return "token none"
+    if "term" in token:
+        return f"term {token.get('term')}"
+    return f"token {token.get('producer_id')}/{token.get('producer_epoch')}"

@@ -1,4 +1,4 @@
-"""The JSON shapes of tokens, rosters and leases (docs/app.md#web-view).
+"""The JSON shapes of tokens, rosters, leases and terms (docs/app.md#web-view).
 
 The operator CLI and the worker's web view print the same objects; one
 definition keeps the two from drifting apart.
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from coordination.state import RoleState
-from coordination.token import FencingToken
+from coordination.status import TermStatus
+from coordination.token import FencingToken, Token
 
 __all__ = [
     "Status",
@@ -18,17 +19,22 @@ __all__ = [
     "roster_json",
     "status_of",
     "summary_json",
+    "term_json",
+    "term_summary_json",
     "token_json",
 ]
 
 Status = Literal["held", "lapsed", "vacant"]
 
 
-def token_json(token: FencingToken | None) -> dict[str, int] | None:
-    """``{"producer_id", "producer_epoch"}``, or None for no token."""
+def token_json(token: Token | None) -> dict[str, int] | None:
+    """``{"producer_id", "producer_epoch"}`` for an epoch, ``{"term"}`` for a term,
+    or None for no token: a reader tells the modes apart by the keys."""
     if token is None:
         return None
-    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}
+    if isinstance(token, FencingToken):
+        return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}
+    return {"term": token.term}
 
 
 def roster_json(state: RoleState) -> list[dict[str, Any]]:
@@ -91,4 +97,42 @@ def summary_json(state: RoleState, now_ms: int) -> dict[str, Any]:
         "deadline": None if lease is None else lease.deadline,
         "status": status_of(state, now_ms),
         "members": len(state.entries),
+    }
+
+
+def term_json(status: TermStatus) -> dict[str, Any]:
+    """``{"member", "token", "tenure", "claimed_at", "last_sign_at", "live", "resigned",
+    "status", "election_timeout_ms"}``: a term-mode role's holder (`TermStatus`).
+
+    `member`, `token`, `tenure`, `claimed_at` and `last_sign_at` are null for
+    a role never claimed.
+    """
+    return {
+        "member": status.holder,
+        "token": token_json(status.token),
+        "tenure": status.tenure,
+        "claimed_at": status.claimed_at,
+        "last_sign_at": status.last_sign_at,
+        "live": status.live,
+        "resigned": status.resigned,
+        "status": status.status,
+        "election_timeout_ms": status.election_timeout_ms,
+    }
+
+
+def term_summary_json(role: str, status: TermStatus | None, state: RoleState | None
+                      ) -> dict[str, Any]:
+    """``{"role", "holder", "token", "last_sign_at", "live", "resigned", "status",
+    "members"}``: one term-mode role of a listing, from its terms partition
+    (`status`, None for a role never claimed) and its roster (`state`, None
+    for a role with no record on the state topic)."""
+    return {
+        "role": role,
+        "holder": None if status is None else status.holder,
+        "token": None if status is None else token_json(status.token),
+        "last_sign_at": None if status is None else status.last_sign_at,
+        "live": False if status is None else status.live,
+        "resigned": False if status is None else status.resigned,
+        "status": "vacant" if status is None else status.status,
+        "members": 0 if state is None else len(state.entries),
     }

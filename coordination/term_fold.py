@@ -22,6 +22,11 @@ writers keep the one rule the fold cannot check: a member claims a term at
 most once (a second claim would share the first one's key, and compaction
 could keep only the later, which may follow another member's claim).
 `coordination.term_follower` keeps one current for a candidate and a leader.
+
+`TermFold.apply` reports what a record changed (`TermElected`, `TermResigned`),
+so a watcher turns records into events without comparing views;
+`TermPartitionFold` folds every role of one partition, for readers of many
+roles (a listing, a watch, the seeding of a `TermFilter`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from coordination.errors import FormatError
+from coordination.partition import role_partition
 from coordination.state import Record
 from coordination.term_records import (
     Heartbeat,
@@ -39,7 +45,16 @@ from coordination.term_records import (
     decode_term_key,
 )
 
-__all__ = ["TermClaim", "TermFold", "TermView", "build_term_view"]
+__all__ = [
+    "TermChange",
+    "TermClaim",
+    "TermElected",
+    "TermFold",
+    "TermPartitionFold",
+    "TermResigned",
+    "TermView",
+    "build_term_view",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +75,8 @@ class TermView:
     term that was won to its winning claim; `heartbeat` is the holder's latest
     heartbeat of `term`; `sign_offset` is the offset of the latest sign of
     life of `term` (its winning claim or a heartbeat), from which a follower
-    runs its election timeout; `errors` has one ``(offset, reason)`` per
-    record skipped.
+    runs its election timeout, and `sign_timestamp` that record's Kafka
+    timestamp; `errors` has one ``(offset, reason)`` per record skipped.
     """
 
     role: str
@@ -70,6 +85,7 @@ class TermView:
     heartbeat: Heartbeat | None = None
     heartbeat_offset: int | None = None
     sign_offset: int | None = None
+    sign_timestamp: int | None = None
     errors: list[tuple[int, str]] = field(default_factory=list)
 
     @property
@@ -88,69 +104,155 @@ class TermView:
         return self.winners.get(term)
 
 
+@dataclass(frozen=True, slots=True)
+class TermElected:
+    """`claim` won a new term; `previous` won the term before it (None for the
+    role's first), and `previous_resigned` says whether its holder had resigned."""
+
+    claim: TermClaim
+    previous: TermClaim | None
+    previous_resigned: bool
+
+    @property
+    def offset(self) -> int:
+        """The winning claim's offset."""
+        return self.claim.offset
+
+    @property
+    def timestamp(self) -> int:
+        """The winning claim's Kafka timestamp."""
+        return self.claim.timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class TermResigned:
+    """The holder of `claim`'s term resigned it, by the heartbeat at `offset`."""
+
+    claim: TermClaim
+    offset: int
+    timestamp: int
+
+
+TermChange = TermElected | TermResigned
+"""What `TermFold.apply` reports; a heartbeat that only renews is none."""
+
+
 class TermFold:
     """Folds one partition's term records, in offset order, into a `TermView`."""
 
     def __init__(self, role: str) -> None:
         self.view = TermView(role)
 
-    def apply(self, record: Record) -> None:
-        """Fold one record; records of other roles change nothing."""
+    def apply(self, record: Record) -> TermChange | None:
+        """Fold one record; records of other roles change nothing.
+
+        Returns the change it made to who holds the role, if any.
+        """
         view = self.view
         try:
             key = decode_term_key(record.key)
         except FormatError as exc:
             # A key that does not decode names no role: every role's view lists it.
             view.errors.append((record.offset, str(exc)))
-            return
+            return None
         if key.role != view.role:
-            return
+            return None
         if not record.value:
             # Writers never delete a term record: a tombstone would let compaction
             # remove a claim, and with it the role's highest term.
             view.errors.append((record.offset, "a tombstone on the terms topic"))
-            return
+            return None
         try:
             if key.kind is TermKind.CLAIM:
-                self._claim(record, record.value, key.member, key.term)
-            elif key.kind is TermKind.HEARTBEAT:
-                self._heartbeat(record, record.value)
-            else:
-                view.errors.append((record.offset, "a barrier key on the terms topic"))
+                return self._claim(record, record.value, key.member, key.term)
+            if key.kind is TermKind.HEARTBEAT:
+                return self._heartbeat(record, record.value)
+            view.errors.append((record.offset, "a barrier key on the terms topic"))
         except FormatError as exc:
             view.errors.append((record.offset, str(exc)))
+        return None
 
-    def _claim(self, record: Record, value: bytes, member: str, term: int) -> None:
+    def _claim(self, record: Record, value: bytes, member: str,
+               term: int) -> TermElected | None:
         claim = decode_claim(value)
         view = self.view
         if (claim.member, claim.term) != (member, term):
             view.errors.append((record.offset, (
                 f"claim value names {claim.member!r} for term {claim.term},"
                 f" its key {member!r} for term {term}")))
-            return
+            return None
         if term <= view.term:
-            return  # loses: its term, or a higher one, was claimed first
+            return None  # loses: its term, or a higher one, was claimed first
+        previous, previous_resigned = view.winners.get(view.term), view.resigned
+        won = TermClaim(member, term, record.offset, record.timestamp)
         view.term = term
-        view.winners[term] = TermClaim(member, term, record.offset, record.timestamp)
+        view.winners[term] = won
         view.heartbeat = None
         view.heartbeat_offset = None
         view.sign_offset = record.offset
+        view.sign_timestamp = record.timestamp
+        return TermElected(won, previous, previous_resigned)
 
-    def _heartbeat(self, record: Record, value: bytes) -> None:
+    def _heartbeat(self, record: Record, value: bytes) -> TermResigned | None:
         heartbeat = decode_heartbeat(value)
         view = self.view
         if heartbeat.term < view.term:
-            return  # a deposed leader's: its term is over
+            return None  # a deposed leader's: its term is over
         if heartbeat.term > view.term or heartbeat.member != view.holder:
             view.errors.append((record.offset, (
                 f"heartbeat from {heartbeat.member!r} for term {heartbeat.term},"
                 " which it did not win")))
-            return
+            return None
         if view.resigned:
-            return  # a resign is final for its term
+            return None  # a resign is final for its term
         view.heartbeat = heartbeat
         view.heartbeat_offset = record.offset
         view.sign_offset = record.offset
+        view.sign_timestamp = record.timestamp
+        if not heartbeat.resigned:
+            return None
+        return TermResigned(view.winners[view.term], record.offset, record.timestamp)
+
+
+class TermPartitionFold:
+    """Folds every role of one partition of a terms topic of `partitions` partitions.
+
+    A role's view is its own `TermFold`'s, but for the keys that do not
+    decode: they name no role, so they are listed once, in `errors`, rather
+    than in every view. Records of a role that hashes to another partition
+    are counted in `misplaced` and fold into no view: none of that role's
+    members reads them, so they decide nothing.
+    """
+
+    def __init__(self, partition: int, partitions: int) -> None:
+        if not 0 <= partition < partitions:
+            raise ValueError(f"partition must be within 0..{partitions - 1}, got {partition}")
+        self.partition = partition
+        self.partitions = partitions
+        self._folds: dict[str, TermFold] = {}
+        self.errors: list[tuple[int, str]] = []
+        self.misplaced = 0
+
+    @property
+    def views(self) -> dict[str, TermView]:
+        """Every role with a record here, by name, to its view (live: do not keep it)."""
+        return {role: fold.view for role, fold in sorted(self._folds.items())}
+
+    def apply(self, record: Record) -> tuple[str, TermChange | None] | None:
+        """Fold one record: its role and the change it made, or None if it names no role
+        of this partition."""
+        try:
+            role = decode_term_key(record.key).role
+        except FormatError as exc:
+            self.errors.append((record.offset, str(exc)))
+            return None
+        if role_partition(role, self.partitions) != self.partition:
+            self.misplaced += 1
+            return None
+        fold = self._folds.get(role)
+        if fold is None:
+            fold = self._folds[role] = TermFold(role)
+        return role, fold.apply(record)
 
 
 def build_term_view(role: str, records: Iterable[Record]) -> TermView:

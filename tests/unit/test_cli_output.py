@@ -11,7 +11,17 @@ from importlib.metadata import version
 
 import pytest
 
-from coordination.cli import DISTRIBUTION, PROG, main, output_format
+from coordination import RoleState, RosterEntry, TermStatus, TermToken
+from coordination.cli import (
+    DISTRIBUTION,
+    FENCING_VARIABLE,
+    PROG,
+    main,
+    output_format,
+    roles_json,
+    term_state_json,
+    term_status_json,
+)
 from coordination.cli_output import columns, render, timestamp_text, token_text
 from tests.support.processes import ROOT
 
@@ -162,3 +172,110 @@ def test_a_vacant_roles_state_shows_no_holder():
     fields, roster = render("state", body).split("\n\n")
     assert "holder     -" in fields.splitlines()
     assert roster == "RANK  MEMBER  OFFSET  REGISTERED AT"
+
+
+# --- term mode ---------------------------------------------------------------------------
+
+TERM_TOKEN = {"term": 3}
+
+
+def term_status(**changes) -> TermStatus:
+    fields = {"role": "billing", "partition": 2, "token": TermToken(3), "holder": "worker-1",
+              "tenure": 17, "claimed_at": 1_700_000_000_000, "last_sign_at": 1_700_000_004_000,
+              "resigned": False, "read_at": 1_700_000_005_000, "election_timeout_ms": 30_000}
+    return TermStatus(**{**fields, **changes})
+
+
+def test_a_term_token_shows_as_its_term():
+    assert token_text(TERM_TOKEN) == "term 3"
+
+
+def test_fencing_other_than_epoch_or_term_is_a_usage_error(capsys, monkeypatch):
+    assert_usage_error(["roles", "--fencing", "lease"], capsys, "fencing")
+    monkeypatch.setenv(FENCING_VARIABLE, "lease")
+    assert_usage_error(["roles"], capsys, FENCING_VARIABLE)
+
+
+def test_fence_refuses_term_mode_from_the_flag_or_the_environment(capsys, monkeypatch):
+    assert_usage_error(["fence", "r", "--fencing", "term"], capsys, "higher term")
+    monkeypatch.setenv(FENCING_VARIABLE, "term")
+    assert_usage_error(["fence", "r"], capsys, "higher term")
+
+
+def assert_usage_error(argv: list[str], capsys, naming: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert naming in capsys.readouterr().err
+
+
+def test_term_describe_json_has_the_term_holder_liveness_and_reading_time():
+    assert term_status_json(term_status()) == {
+        "role": "billing", "fencing": "term", "partition": 2, "member": "worker-1",
+        "token": TERM_TOKEN, "tenure": 17, "claimed_at": 1_700_000_000_000,
+        "last_sign_at": 1_700_000_004_000, "live": True, "resigned": False, "status": "held",
+        "election_timeout_ms": 30_000, "now": 1_700_000_005_000}
+
+
+def test_term_describe_is_a_field_list():
+    assert render("describe", term_status_json(term_status())).splitlines() == [
+        "role        billing",
+        "partition   2",
+        "holder      worker-1",
+        "term        3",
+        "status      held",
+        "live        yes",
+        "resigned    no",
+        "tenure      17",
+        "claimed at  2023-11-14T22:13:20.000Z",
+        "last sign   2023-11-14T22:13:24.000Z",
+        "timeout     30 s",
+    ]
+
+
+def test_a_term_role_never_claimed_describes_as_vacant():
+    status = term_status(token=None, holder=None, tenure=None, claimed_at=None,
+                         last_sign_at=None)
+    lines = render("describe", term_status_json(status)).splitlines()
+    assert "holder      -" in lines
+    assert "term        -" in lines
+    assert "status      vacant" in lines
+    assert "live        no" in lines
+
+
+def test_term_state_has_the_roster_the_term_and_the_records_skipped_on_each_topic():
+    state = RoleState("billing", entries=[RosterEntry("worker-1", 4, 1_700_000_000_000, 0)],
+                      errors=[(9, "bad registration")])
+    status = term_status(resigned=True, errors=((3, "bad claim value"),))
+    body = term_state_json(state, status)
+    assert body["term"]["status"] == "resigned"
+    assert "lease" not in body
+    assert (body["fencing"], body["partition"], body["now"]) == ("term", 2, status.read_at)
+    assert body["terms_skipped"] == [{"offset": 3, "reason": "bad claim value"}]
+    fields, roster, skipped = render("state", body).split("\n\n")
+    assert "status         resigned" in fields.splitlines()
+    assert "terms skipped  1" in fields.splitlines()
+    assert roster.splitlines()[1].split()[:3] == ["0", "worker-1", "4"]
+    assert skipped.splitlines() == ["skipped offset 9: bad registration",
+                                    "skipped terms offset 3: bad claim value"]
+
+
+def test_term_roles_list_every_role_of_either_topic_with_its_term_and_status():
+    registered_only = RoleState("reports", entries=[RosterEntry("worker-2", 1, 0, 0)])
+    claimed = RoleState("billing", entries=[RosterEntry("worker-1", 0, 0, 0),
+                                            RosterEntry("worker-2", 2, 0, 0)])
+    lapsed = term_status(read_at=1_700_000_004_000 + 30_000)
+    orphan = term_status(role="audit", holder="old", token=TermToken(9))
+    body = roles_json([claimed, registered_only], [orphan, lapsed], 1)
+    assert [(row["role"], row["holder"], row["token"], row["status"], row["members"])
+            for row in body["roles"]] == [
+        ("audit", "old", {"term": 9}, "held", 0),
+        ("billing", "worker-1", TERM_TOKEN, "lapsed", 2),
+        ("reports", None, None, "vacant", 1),
+    ]
+    assert render("roles", body).splitlines() == [
+        "ROLE     HOLDER    TERM  LAST SIGN                 STATUS  MEMBERS",
+        "audit    old       9     2023-11-14T22:13:24.000Z  held    0",
+        "billing  worker-1  3     2023-11-14T22:13:24.000Z  lapsed  2",
+        "reports  -         -     -                         vacant  1",
+    ]
