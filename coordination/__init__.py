@@ -120,6 +120,7 @@ from coordination.term_records import (
     encode_term_key,
     heartbeat_key,
 )
+from coordination.term_seed import highest_terms, seed_filter
 from coordination.term_tenure import TermLeadership, TermWriter
 from coordination.token import NO_EPOCH, FencingToken, TermToken, Token
 from coordination.transport import (
@@ -242,11 +243,13 @@ __all__ = [
     "encode_term_key",
     "evaluate",
     "heartbeat_key",
+    "highest_terms",
     "lease_key",
     "murmur2",
     "registration_key",
     "rendezvous_weight",
     "role_partition",
+    "seed_filter",
     "to_positive",
     "watch_roles",
 ]
