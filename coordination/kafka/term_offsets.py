@@ -32,7 +32,8 @@ into their internals. A failure of Kafka is a `KafkaTransportError`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Collection, Iterable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
@@ -58,6 +59,9 @@ OFFSET_METADATA_MAX_BYTES: Final = 4096
 """The broker's default ``offset.metadata.max.bytes``: the longest metadata it stores."""
 
 T = TypeVar("T")
+
+RETRY_BACKOFF_S: Final = 0.1
+"""The first pause before asking the group coordinator again; it doubles up to 1 s."""
 
 StartKind = Literal["restored", "end", "seeded"]
 """restored: the committed offset, with its saved marks; end: no committed
@@ -124,6 +128,8 @@ async def resume(
     terms: KafkaTransport,
     partitions: Collection[TopicPartition],
     roles: Iterable[str] | None = None,
+    *,
+    coordinator_wait: float = 30.0,
 ) -> dict[TopicPartition, Resumed]:
     """Seek `consumer` on `partitions` and put `term_filter`'s marks where the group left them.
 
@@ -135,11 +141,14 @@ async def resume(
     topic; naming the writers of the topic keeps the saved marks small).
     Every position is fixed before the terms topic is read, so a barrier
     below a start position always has its claim in what the seed reads.
+    The committed offsets are asked for again while the group coordinator
+    answers with a retriable error (a cluster's first group waits for
+    ``__consumer_offsets`` to be created), for up to `coordinator_wait` seconds.
     """
     wanted = sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition))
-    committed = await _kafka(
-        admin.list_consumer_group_offsets(group_id, partitions=wanted),
-        f"reading the committed offsets of group {group_id!r}")
+    committed = await _retrying(
+        lambda: admin.list_consumer_group_offsets(group_id, partitions=wanted),
+        f"reading the committed offsets of group {group_id!r}", coordinator_wait)
     kinds: dict[TopicPartition, StartKind] = {}
     for tp in wanted:
         saved = committed.get(tp)
@@ -168,6 +177,24 @@ async def resume(
             for role, term in highest.items():
                 term_filter.seed(tp.topic, tp.partition, role, term)
     return resumed
+
+
+async def _retrying(call: Callable[[], Awaitable[T]], what: str, within: float) -> T:
+    """`call()`'s result, calling again after a retriable Kafka error for `within` seconds.
+
+    aiokafka's admin client sends FindCoordinator once and raises what it
+    gets; its consumer retries the same error by itself, so this matches it.
+    """
+    deadline = asyncio.get_running_loop().time() + within
+    backoff = RETRY_BACKOFF_S
+    while True:
+        try:
+            return await call()
+        except _errors.KafkaError as exc:
+            if not exc.retriable or asyncio.get_running_loop().time() + backoff > deadline:
+                raise KafkaTransportError(f"{what} failed: {exc!r}") from exc
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
 
 
 async def _kafka(request: Awaitable[T], what: str) -> T:

@@ -1,6 +1,7 @@
-"""Seeding a TermFilter from the terms topic (docs/term-mode.md#seeding-a-reader-that-starts-at-the-end):
-each role's highest term, by the election rule's fold, becomes its mark on every
-partition of the output a reader starts at the end of."""
+"""Seeding a TermFilter from the terms topic
+(docs/term-mode.md#seeding-a-reader-that-starts-at-the-end): each role's highest
+term, by the election rule's fold, becomes its mark on every partition of the
+output a reader starts at the end of."""
 
 from __future__ import annotations
 
