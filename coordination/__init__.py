@@ -109,7 +109,7 @@ from coordination.runner import (
 from coordination.state import OutOfOrder, Record, RoleState, RosterEntry
 from coordination.status import LeadershipStatus, TermRoleStatus, TermStatus
 from coordination.tenure import Leadership, TenureState
-from coordination.term_describe import describe_term_roles, highest_terms
+from coordination.term_describe import describe_term_roles, partition_highest_terms
 from coordination.term_filter import TermFilter
 from coordination.term_fold import TermChange, TermElected, TermPartitionFold, TermResigned
 from coordination.term_records import (
@@ -134,6 +134,7 @@ from coordination.term_records import (
     encode_term_key,
     heartbeat_key,
 )
+from coordination.term_seed import highest_terms, seed_filter
 from coordination.term_tenure import TermLeadership, TermWriter
 from coordination.term_watch import watch_term_events
 from coordination.token import NO_EPOCH, FencingToken, TermToken, Token
@@ -270,10 +271,12 @@ __all__ = [
     "highest_terms",
     "lease_key",
     "murmur2",
+    "partition_highest_terms",
     "plan",
     "registration_key",
     "rendezvous_weight",
     "role_partition",
+    "seed_filter",
     "to_positive",
     "watch_roles",
     "watch_term_events",

@@ -18,7 +18,8 @@ from coordination.term_fold import TermFold, TermPartitionFold, TermView
 from coordination.token import TermToken
 from coordination.transport import TermLog
 
-__all__ = ["describe_term_leadership", "describe_term_roles", "highest_terms", "term_status"]
+__all__ = ["describe_term_leadership", "describe_term_roles", "partition_highest_terms",
+           "term_status"]
 
 
 def term_status(view: TermView, partition: int, read_at: int,
@@ -62,7 +63,7 @@ async def describe_term_leadership(
     return term_status(fold.view, partition, (clock or SystemClock()).now_ms(), timeout_ms)
 
 
-async def highest_terms(log: TermLog, partition: int, *,
+async def partition_highest_terms(log: TermLog, partition: int, *,
                         partitions: int = defaults.PARTITIONS) -> dict[str, int]:
     """The highest term won of every role of `partition`, read to its end.
 
@@ -70,6 +71,7 @@ async def highest_terms(log: TermLog, partition: int, *,
     seeds its `TermFilter` with (``seed(topic, p, role, term)`` for each): the
     first zombie record it meets is then already stale. Roles whose records
     hash to another partition are left out (no member of theirs reads them).
+    `coordination.term_seed.highest_terms` reads it for many partitions.
     """
     fold = await _read_partition(log, partition, partitions)
     return {role: view.term for role, view in fold.views.items() if view.term >= 1}

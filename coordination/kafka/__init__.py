@@ -1,5 +1,9 @@
 """The Kafka adapter: `KafkaTransport` implements the six transport protocols.
 
+Readers of a term-mode leader's outputs keep a `TermFilter`'s marks with
+their committed offsets through `commit_marks` and `resume`
+(`coordination.kafka.term_offsets`).
+
 Imports aiokafka (and registers broker codes 90 and 105 with it, see
 `coordination.kafka.protocol`); the core library does not need it. Importing
 it refuses an aiokafka version outside the tested range, unless
@@ -19,11 +23,20 @@ from coordination.kafka.connection import Connection  # noqa: E402
 from coordination.kafka.errors import (  # noqa: E402
     KafkaTransportError,
     KafkaUnavailableError,
+    MarksTooLargeError,
     ProducerFatalError,
+)
+from coordination.kafka.term_offsets import (  # noqa: E402
+    OFFSET_METADATA_MAX_BYTES,
+    Resumed,
+    commit_marks,
+    marks_metadata,
+    resume,
 )
 from coordination.kafka.transport import KafkaTransport  # noqa: E402
 
 __all__ = [
+    "OFFSET_METADATA_MAX_BYTES",
     "STATE_TOPIC",
     "AccessDeniedError",
     "Acl",
@@ -31,7 +44,12 @@ __all__ = [
     "KafkaTransport",
     "KafkaTransportError",
     "KafkaUnavailableError",
+    "MarksTooLargeError",
     "ProducerFatalError",
+    "Resumed",
     "check_access",
+    "commit_marks",
+    "marks_metadata",
     "member_acls",
+    "resume",
 ]

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.errors import EpochLostError, TransportError
+from coordination.errors import CoordinationError, EpochLostError, TransportError
 from coordination.kafka.protocol import FENCE_ERROR_CODES
 
 __all__ = [
     "KafkaTransportError",
     "KafkaUnavailableError",
+    "MarksTooLargeError",
     "ProducerFatalError",
     "fence_in",
     "is_outage",
@@ -66,6 +67,15 @@ class ProducerFatalError(KafkaTransportError, EpochLostError):
 
     The producer is closed and forgotten; its epoch can no longer write
     through this transport. Acquire a new epoch to lead again.
+    """
+
+
+class MarksTooLargeError(CoordinationError, ValueError):
+    """A `TermFilter`'s marks do not fit in a partition's offset-commit metadata.
+
+    Kafka stores at most ``offset.metadata.max.bytes`` (4096 by default) with
+    each committed offset; nothing was committed. The message names the
+    partition and the size.
     """
 
 

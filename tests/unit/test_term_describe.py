@@ -1,5 +1,5 @@
 """Reading a term-mode role's authority from the terms topic: `describe_leadership`
-with ``fencing="term"``, `highest_terms` and `describe_term_roles`, on the
+with ``fencing="term"``, `partition_highest_terms` and `describe_term_roles`, on the
 in-process model with time driven by hand (docs/term-mode.md#observability).
 
 A holder is live while the latest sign of life of its term (its claim or a
@@ -29,7 +29,7 @@ from coordination import (
     encode_claim,
     encode_term_header,
     encode_term_key,
-    highest_terms,
+    partition_highest_terms,
     role_partition,
 )
 from coordination.term_records import TermStamp
@@ -159,22 +159,23 @@ async def test_an_unknown_fencing_mode_is_refused():
         await describe_leadership(Cluster().transport(), "billing", fencing="lease")  # type: ignore[call-overload]
 
 
-# --- highest_terms and describe_term_roles ----------------------------------------------
+# --- partition_highest_terms and describe_term_roles ----------------------------------------------
 
 
-async def test_highest_terms_gives_every_role_of_a_partition_its_highest_term_won():
+async def test_partition_highest_terms_gives_every_role_of_a_partition_its_highest_term_won():
     cluster = Cluster()
     first, second = roles_beside("billing", cluster.partitions, 2)
     await claim(cluster, first, "a", 1)
     await claim(cluster, second, "a", 3)
     await claim(cluster, first, "b", 2)
     await claim(cluster, first, "c", 2)  # loses term 2 to b: the highest stays 2
-    terms = await highest_terms(cluster.transport(), role_partition(first, cluster.partitions),
-                                partitions=cluster.partitions)
+    terms = await partition_highest_terms(cluster.transport(),
+                                          role_partition(first, cluster.partitions),
+                                          partitions=cluster.partitions)
     assert terms == {first: 2, second: 3}
 
 
-async def test_highest_terms_leaves_out_a_role_written_to_another_partition():
+async def test_partition_highest_terms_leaves_out_a_role_written_to_another_partition():
     cluster = Cluster()
     here = role_partition("billing", cluster.partitions)
     stray = next(f"s{n}" for n in range(1000)
@@ -182,16 +183,16 @@ async def test_highest_terms_leaves_out_a_role_written_to_another_partition():
     await cluster.transport().append_term(
         here, encode_term_key(claim_key(stray, "a", 9)), encode_claim(Claim("a", 9, 0)))
     await claim(cluster, "billing", "a", 1)
-    assert await highest_terms(cluster.transport(), here,
+    assert await partition_highest_terms(cluster.transport(), here,
                                partitions=cluster.partitions) == {"billing": 1}
 
 
 async def test_a_partition_out_of_range_is_refused():
     with pytest.raises(ValueError, match="partition"):
-        await highest_terms(Cluster().transport(), 4, partitions=4)
+        await partition_highest_terms(Cluster().transport(), 4, partitions=4)
 
 
-async def test_a_filter_seeded_from_highest_terms_drops_the_first_zombie_record_it_meets():
+async def test_a_filter_seeded_from_a_partitions_highest_terms_drops_the_first_zombie_it_meets():
     cluster = Cluster()
     zombie = await lead(cluster, "a")
     successor = cluster.candidate("b", **TERM)
@@ -201,7 +202,7 @@ async def test_a_filter_seeded_from_highest_terms_drops_the_first_zombie_record_
     await cluster.settle()
     # A reader that starts at the end of the output topic, past every barrier.
     reader = TermFilter(fenced_topics=["out"])
-    terms = await highest_terms(cluster.transport(),
+    terms = await partition_highest_terms(cluster.transport(),
                                 role_partition("billing", cluster.partitions),
                                 partitions=cluster.partitions)
     for role, term in terms.items():
