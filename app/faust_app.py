@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 import faust
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
+from app.file_limit import raise_file_limit
+
 __all__ = ["CoordinationApp", "CoordinationWeb", "WebDisabledError"]
 
 log = logging.getLogger("app.faust_app")
@@ -96,6 +98,7 @@ class CoordinationApp(faust.App):
 
     async def on_first_start(self) -> None:
         # Runs once, when a worker starts the app (never for CLI commands).
+        raise_file_limit()
         for start_check in self.start_checks:
             await start_check()
         # Checked here, not when the app is built: ``faust worker`` sets
