@@ -11,6 +11,7 @@ from aiokafka.structs import ConsumerRecord
 from coordination import (
     RoleState,
     TermFilter,
+    TermStamp,
     decode_term_header,
     describe_leadership,
     describe_role_state,
@@ -98,12 +99,11 @@ async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
     return [record.value for record in await read_committed(bootstrap, topic)]
 
 
-def term_of(record: ConsumerRecord) -> int:
-    """The term in a record's ``coordination.term`` header (a term-mode leader's record)."""
-    stamps = [value for name, value in record.headers if name == TERM_HEADER]
-    [stamp] = stamps
+def stamp_of(record: ConsumerRecord) -> TermStamp:
+    """A term-mode leader's record's ``coordination.term`` header, decoded."""
+    [stamp] = [value for name, value in record.headers if name == TERM_HEADER]
     assert stamp is not None, record
-    return decode_term_header(stamp).term
+    return decode_term_header(stamp)
 
 
 async def term_filtered(
