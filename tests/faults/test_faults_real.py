@@ -222,7 +222,11 @@ async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_
             for r, verdict in verdicts if not stamp_of(r).barrier]
     zombie_late = [verdict for offset, record, verdict in data
                    if record.member == "a" and offset > barrier]
-    assert set(zombie_late) <= {"drop"}
+    # On thawing the buffered write's produce request leaves before the
+    # zombie's tail has folded the successor's claim (that takes a fetch
+    # response and several more steps), so the broker takes the record.
+    assert zombie_late, "the thawed zombie's write did not reach the log"
+    assert set(zombie_late) == {"drop"}
     assert {verdict for offset, record, verdict in data
             if record.member == "b" or offset < barrier} == {"pass"}
     # The broker lost nothing acknowledged, the zombie's accepted writes included.
@@ -235,7 +239,7 @@ async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_
     assert all(x.outcome == "fenced" for x in after), after
     assert await transactional_id_error(run.bootstrap, run.role) == TRANSACTIONAL_ID_NOT_FOUND
     thawed = max((x for x in attempts if x.record.member == "a"), key=lambda x: x.record.seq)
-    print(f"TERM-ZOMBIE the frozen write was {thawed.outcome}; {len(zombie_late)} zombie "
+    print(f"TERM-ZOMBIE the frozen write ended {thawed.outcome}; {len(zombie_late)} zombie "
           f"records after the successor's barrier, all dropped")
 
 
