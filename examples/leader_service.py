@@ -8,11 +8,17 @@ the next member take over after the lease) and watch another take over.
     python examples/leader_service.py --member a --create-topics
     python examples/leader_service.py --member b
 
+With ``--fencing term`` (docs/term-mode.md) the copies elect by claims on the
+terms topic instead of transactions, and the output topic is the leader's
+declared output: every record carries the term in its header, and a reader
+that applies `coordination.TermFilter` drops a deposed leader's records.
+
 Every line the service prints is a JSON object (``event``: ``leading``,
 ``wrote``, ``fenced``, ``resigned``, ``done``), so a test or a log pipeline
-can follow it. A record it writes carries member, token, tenure and a
-per-tenure sequence number; a deposed leader's records never become visible
-to read_committed consumers.
+can follow it. A record it writes carries member, token (``producer_id`` and
+``producer_epoch``, or ``term``), tenure and a per-tenure sequence number; in
+epoch mode a deposed leader's records never become visible to read_committed
+consumers.
 """
 
 from __future__ import annotations
@@ -30,9 +36,16 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from coordination import LeaderRunner, Leadership, LeadershipOptions, RunnerObserver
-from coordination.defaults import PARTITIONS, STATE_TOPIC
+from coordination import (
+    LeaderRunner,
+    Leadership,
+    LeadershipOptions,
+    RunnerObserver,
+    TermToken,
+)
+from coordination.defaults import FENCING, PARTITIONS, STATE_TOPIC, TERMS_TOPIC
 from coordination.kafka import KafkaTransport
+from coordination.options import FENCINGS
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -41,14 +54,16 @@ def emit(event: str, **fields: Any) -> None:
           flush=True)
 
 
-async def create_topics(bootstrap: str, state_topic: str, output: str, partitions: int) -> None:
-    """Create the state topic (compacted) and the output topic if they are missing."""
+async def create_topics(bootstrap: str, state_topic: str, terms_topic: str, output: str,
+                        partitions: int) -> None:
+    """Create the state and terms topics (compacted) and the output topic if they are missing."""
+    compacted = {"cleanup.policy": "compact", "segment.ms": "600000"}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         for topic in (
-            NewTopic(state_topic, partitions, 1,
-                     topic_configs={"cleanup.policy": "compact", "segment.ms": "600000"}),
+            NewTopic(state_topic, partitions, 1, topic_configs=compacted),
+            NewTopic(terms_topic, partitions, 1, topic_configs=compacted),
             NewTopic(output, 1, 1),
         ):
             with contextlib.suppress(TopicAlreadyExistsError):
@@ -57,15 +72,21 @@ async def create_topics(bootstrap: str, state_topic: str, output: str, partition
         await admin.close()
 
 
+def token_fields(leadership: Leadership) -> dict[str, int]:
+    """The tenure's token as JSON fields: the producer's id and epoch, or the term."""
+    token = leadership.token
+    if isinstance(token, TermToken):
+        return {"term": token.term}
+    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch}
+
+
 async def work(leadership: Leadership, output: str, interval: float) -> None:
     """While leading: one fenced record per interval, until the runner cancels it."""
-    token = leadership.token
     sequence = 0
     while True:
         sequence += 1
-        record = {"member": leadership.member, "producer_id": token.producer_id,
-                  "producer_epoch": token.producer_epoch, "tenure": leadership.tenure,
-                  "seq": sequence}
+        record = {"member": leadership.member, **token_fields(leadership),
+                  "tenure": leadership.tenure, "seq": sequence}
         async with leadership.transaction() as txn:
             await txn.send(output, json.dumps(record).encode(), partition=0)
         emit("wrote", seq=sequence, tenure=leadership.tenure)
@@ -80,9 +101,7 @@ class Printer(RunnerObserver):
 
     def elected(self, role: str, leadership: Leadership) -> None:
         emit("leading", member=self.member, tenure=leadership.tenure,
-             producer_id=leadership.token.producer_id,
-             producer_epoch=leadership.token.producer_epoch,
-             deadline=leadership.lease.deadline)
+             **token_fields(leadership), fence_deadline=leadership.fence_deadline)
 
     def fenced(self, role: str, leadership: Leadership) -> None:
         emit("fenced", member=self.member, tenure=leadership.tenure, error=str(leadership.err))
@@ -93,9 +112,15 @@ class Printer(RunnerObserver):
 
 async def serve(args: argparse.Namespace) -> int:
     if args.create_topics:
-        await create_topics(args.bootstrap_servers, args.topic, args.output, args.partitions)
-    options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger)
-    async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
+        await create_topics(args.bootstrap_servers, args.topic, args.terms_topic, args.output,
+                            args.partitions)
+    # Term mode's leader writes only to the topics it declares (each gets the
+    # term's barriers); epoch mode's producer fences every topic.
+    outputs = (args.output,) if args.fencing == "term" else ()
+    options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger,
+                                fencing=args.fencing, outputs=outputs)
+    async with KafkaTransport(args.bootstrap_servers, topic=args.topic,
+                              terms_topic=args.terms_topic) as transport:
         runner = LeaderRunner(
             transport, args.role, args.member,
             functools.partial(work, output=args.output, interval=args.interval),
@@ -118,6 +143,8 @@ def main() -> int:
     parser.add_argument("--role", default="example.leader-service")
     parser.add_argument("--member", required=True)
     parser.add_argument("--topic", default=STATE_TOPIC)
+    parser.add_argument("--terms-topic", default=TERMS_TOPIC, help="term mode's claims")
+    parser.add_argument("--fencing", choices=FENCINGS, default=FENCING)
     parser.add_argument("--output", default="example.leader-service.output")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--lease", type=float, default=3.0)

@@ -1,7 +1,8 @@
 """A member process for the real-process fault runs.
 
     python -m tests.faults.fault_member --bootstrap-servers B --role R --member M \\
-        --topic STATE --output OUT --journal FILE [--clock-file F] [--skew-ms N]
+        --topic STATE --output OUT --journal FILE [--clock-file F] [--skew-ms N] \\
+        [--fencing term --terms-topic TERMS]
 
 It runs the library's `LeaderRunner` for one role with a function that makes
 one guarded history write (`tests.faults.history.HistoryWriter`) every
@@ -10,6 +11,11 @@ after, so a SIGKILL in the middle of a write leaves an ``unknown`` attempt
 behind. Unlike the example service it never checks ``fenced()`` before a
 write: a zombie whose clocks say its lease is live writes, and the broker
 must refuse it. The runner cancels the function when the tenure ends.
+
+With ``--fencing term`` the member elects through claims on ``--terms-topic``
+and declares ``--output`` as its leader's output (docs/term-mode.md): the
+broker accepts a zombie's writes, and readers applying a `TermFilter` drop
+those after the newer term's barrier.
 
 Its clocks are the machine's, moved by what the test writes to
 ``--clock-file``: ``WALL_MS [MONO_MS]``, re-read as it changes. WALL_MS
@@ -21,9 +27,10 @@ clock never runs backwards: set back, it holds still until the machine's
 catches up. Journal timestamps and every ``t_ms`` are the true wall clock,
 comparable across processes.
 
-Every stdout line is a JSON event: ``started``; ``leading``; ``renewed`` (a
-lease renewal committed: ``sent_ms`` is when it was sent, true wall clock,
-``latency_ms`` how long it took); ``fenced`` (the tenure ended on its own,
+Every stdout line is a JSON event: ``started``; ``leading`` (with the token:
+``producer_id`` and ``producer_epoch``, or ``term``); ``renewed`` (a lease
+renewal or heartbeat acknowledged: ``sent_ms`` is when it was sent, true wall
+clock, ``latency_ms`` how long it took); ``fenced`` (the tenure ended on its own,
 printed the moment it ended, when the runner starts stopping the function:
 ``error`` says why); ``resigned`` (the runner stopped the function and
 handed the role back); ``left`` (stopped while not leading; with
@@ -53,14 +60,18 @@ from pathlib import Path
 from typing import Any
 
 from coordination import (
+    NO_EPOCH,
+    TERMS_TOPIC,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
     RunnerObserver,
     RunnerState,
     TenureStop,
+    TermToken,
 )
 from coordination.kafka import KafkaTransport
+from coordination.options import FENCINGS
 from tests.faults.history import HistoryWriter
 
 
@@ -119,6 +130,33 @@ class InjectedClock:
         return self._offsets
 
 
+def token_fields(leadership: Leadership) -> dict[str, int]:
+    """The tenure's token and deadline as event fields."""
+    token = leadership.token
+    if isinstance(token, TermToken):
+        return {"term": token.term, "fence_deadline": leadership.fence_deadline}
+    return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch,
+            "deadline": leadership.lease.deadline}
+
+
+class TermTenureForHistory:
+    """A term-mode tenure as `HistoryWriter` reads one: with NO_EPOCH's producer fields.
+
+    tests/faults/history.py's records name an epoch token; a term-mode write
+    carries its term in its ``coordination.term`` header, which is what
+    readers judge, and its tenure (the winning claim's offset) in the
+    record. Everything else is the tenure's own.
+    """
+
+    token = NO_EPOCH
+
+    def __init__(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._leadership, name)
+
+
 async def lead(leadership: Leadership, writer: HistoryWriter, interval: float) -> None:
     """Write until the runner cancels this; after a fenced write, wait for that.
 
@@ -148,9 +186,7 @@ class Printer(RunnerObserver):
 
     def elected(self, role: str, leadership: Leadership) -> None:
         emit("leading", member=self.member, tenure=leadership.tenure,
-             producer_id=leadership.token.producer_id,
-             producer_epoch=leadership.token.producer_epoch,
-             deadline=leadership.lease.deadline)
+             **token_fields(leadership))
         leadership.done.add_done_callback(lambda _: self._ended(leadership))
 
     def _ended(self, leadership: Leadership) -> None:
@@ -171,7 +207,7 @@ class Printer(RunnerObserver):
         now = time.time_ns() // 1_000_000
         latency_ms = round(latency * 1000)
         emit("renewed", member=self.member, tenure=leadership.tenure, latency_ms=latency_ms,
-             sent_ms=now - latency_ms, deadline=leadership.lease.deadline)
+             sent_ms=now - latency_ms, **token_fields(leadership))
 
     def fenced(self, role: str, leadership: Leadership) -> None:
         self._print_fenced(leadership)
@@ -198,16 +234,22 @@ async def serve(args: argparse.Namespace) -> int:
             emit("freezing")
             os.kill(os.getpid(), signal.SIGSTOP)
 
-    options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger)
+    # Term mode's leader may write only to the topics it declares.
+    outputs = (args.output,) if args.fencing == "term" else ()
+    options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger,
+                                fencing=args.fencing, outputs=outputs)
     printer = Printer(args.member)
     with args.journal.open("a") as journal:
         writer = HistoryWriter(f"{incarnation}/{args.role}", args.output, 0, journal=journal,
                                before_commit=freeze_inside_the_transaction)
 
         async def work(leadership: Leadership) -> None:
-            await lead(leadership, writer, args.interval)
+            tenure = (TermTenureForHistory(leadership) if args.fencing == "term"
+                      else leadership)
+            await lead(tenure, writer, args.interval)  # type: ignore[arg-type]
 
-        async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
+        async with KafkaTransport(args.bootstrap_servers, topic=args.topic,
+                                  terms_topic=args.terms_topic) as transport:
             runner = LeaderRunner(transport, args.role, args.member, work, options=options,
                                   clock=clock, observer=printer,
                                   retry_interval=args.retry, max_backoff=args.retry)
@@ -237,6 +279,8 @@ def main() -> int:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--journal", type=Path, required=True)
+    parser.add_argument("--fencing", choices=FENCINGS, default="epoch")
+    parser.add_argument("--terms-topic", default=TERMS_TOPIC)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--lease", type=float, default=3.0)
     parser.add_argument("--renew", type=float, default=1.0)

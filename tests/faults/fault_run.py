@@ -21,6 +21,11 @@ what the fault cost:
   writes (any writer), i.e. how long the role was without a working leader;
 - ``failover_ms``: from the fault to the first commit of a later tenure.
 
+A run with ``fencing="term"`` starts its members in term mode, with the terms
+topic `create_state_and_output_topics` made beside the state topic. The
+history checker knows epoch mode only: a term-mode run is judged by reading
+its output through a `TermFilter` (`FaultRun.term_verdicts`).
+
 Each report is printed as one ``FAULT-REPORT {json}`` line and, when
 ``FAULT_REPORT_FILE`` is set, appended to that file, so
 ``FAULT_TRIALS=N FAULT_REPORT_FILE=f python -m pytest tests/faults/test_faults_real.py``
@@ -40,6 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from aiokafka.structs import ConsumerRecord
+
 from coordination import (
     LeadershipStatus,
     RoleState,
@@ -48,7 +55,7 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport
 from tests.faults.history import Attempt, HistoryReport, attempts_from_journal, check_history
-from tests.support.kafka_io import read_committed
+from tests.support.kafka_io import read_committed, term_filtered, terms_topic_of
 from tests.support.processes import Service
 
 MEMBER = ["-m", "tests.faults.fault_member"]
@@ -105,7 +112,7 @@ class FaultRun:
 
     def __init__(
         self, bootstrap: str, state: str, output: str, folder: Path, *,
-        partitions: int = 4, timing: Timing = Timing(),
+        partitions: int = 4, timing: Timing = Timing(), fencing: str = "epoch",
     ) -> None:
         self.bootstrap = bootstrap
         self.state = state
@@ -113,6 +120,7 @@ class FaultRun:
         self.folder = folder
         self.partitions = partitions
         self.timing = timing
+        self.fencing = fencing
         self.role = f"fault.role-{uuid.uuid4().hex[:8]}"
         self.members: list[Service] = []
 
@@ -129,7 +137,8 @@ class FaultRun:
             "--journal", str(self.journal(index)), "--clock-file", str(self.clock_file(index)),
             "--partitions", str(self.partitions), "--lease", str(timing.lease),
             "--renew", str(timing.renew), "--stagger", str(timing.stagger),
-            "--interval", str(timing.interval), *extra,
+            "--interval", str(timing.interval), "--fencing", self.fencing,
+            "--terms-topic", terms_topic_of(self.state), *extra,
             program=MEMBER, prefix=prefix,
         )
         service.index = index  # type: ignore[attr-defined]
@@ -181,6 +190,10 @@ class FaultRun:
         """The role's leadership as `describe_leadership` reports it now."""
         async with KafkaTransport(bootstrap or self.bootstrap, topic=self.state) as transport:
             return await describe_leadership(transport, self.role)
+
+    async def term_verdicts(self) -> list[tuple[ConsumerRecord, str]]:
+        """Every record of the output partition with a fresh `TermFilter`'s verdict."""
+        return await term_filtered(self.bootstrap, self.output)
 
     def attempts(self) -> list[Attempt]:
         """Every member's attempts, from the journals."""

@@ -4,7 +4,9 @@ Every test starts `tests.faults.fault_member` processes for one role, injects on
 fault, lets the role settle, stops every process by PID, and ends with the
 history checker over the output and every member's journal: no violation,
 nothing lost. The report line each prints (`FAULT-REPORT`) carries the
-figures of docs/reliability.md; ``FAULT_TRIALS=N`` repeats each test.
+figures of docs/reliability.md; ``FAULT_TRIALS=N`` repeats each test. The
+term-mode zombie's run is judged through a `TermFilter` instead, as the
+history checker knows epoch mode only.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from coordination import FencingToken, Key, Kind, decode_key, role_partition
+from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from tests.faults.fault_run import TRIALS, FaultRun, Timing
-from tests.support.kafka_io import create_state_and_output_topics, read_committed
+from tests.faults.history import decode_record
+from tests.support.kafka_io import (
+    create_state_and_output_topics,
+    read_committed,
+    stamp_of,
+    transactional_id_error,
+)
 from tests.support.polling import eventually
 from tests.support.processes import Service
 
@@ -41,6 +50,18 @@ async def run(kafka_bootstrap, tmp_path):
     """A role on fresh topics of the session broker; its members stopped by PID at the end."""
     state, output = await create_state_and_output_topics(kafka_bootstrap, 4)
     fault_run = FaultRun(kafka_bootstrap, state, output, tmp_path, timing=TIMING)
+    try:
+        yield fault_run
+    finally:
+        fault_run.stop_all()
+
+
+@pytest.fixture
+async def term_run(kafka_bootstrap, tmp_path):
+    """As `run`, with the members in term mode."""
+    state, output = await create_state_and_output_topics(kafka_bootstrap, 4)
+    fault_run = FaultRun(kafka_bootstrap, state, output, tmp_path, timing=TIMING,
+                         fencing="term")
     try:
         yield fault_run
     finally:
@@ -166,6 +187,60 @@ async def test_a_leader_frozen_inside_an_open_transaction_is_refused_by_the_brok
                        key=lambda x: x.record.seq)
     assert frozen_write.outcome == "fenced", frozen_write
     assert report.refused_by_broker >= 1, fenced
+
+
+@trials
+async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_readers_drop_it(
+    term_run, trial
+):
+    """Term mode's zombie at its worst: frozen with a write buffered, both its
+    clocks set back on thawing, so it writes at once. Nothing refuses it at
+    the broker; a `TermFilter` drops every record of it that follows the
+    successor's barrier, keeps the ones before, and its tenure ends when it
+    reads the successor's claim (not at its own deadline): the runner reports
+    it fenced and its function stops."""
+    run = term_run
+    a, b = await leader_and_standby(run)
+    a.signal(signal.SIGUSR1)
+    frozen_at = a.wait_for("freezing", TIMEOUT)["t_ms"]
+    await eventually(lambda: _process_state(a.pid), lambda state: state == "T", within=TIMEOUT)
+    successor = b.wait_for("leading", TIMEOUT)
+    await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 5, within=TIMEOUT)
+    run.set_clocks_back_after_freeze(a, frozen_at)
+    a.signal(signal.SIGCONT)
+    fenced = a.wait_for("fenced", TIMEOUT)
+    await eventually(lambda: _committed_by(run, "b"), lambda n: n >= 10, within=TIMEOUT)
+    run.stop_all()
+
+    assert OWN_DEADLINE not in fenced["error"], fenced
+    assert f"claimed term {successor['term']}" in fenced["error"], fenced
+    assert [e["event"] for e in a.events].count("leading") == 1
+    verdicts = await run.term_verdicts()
+    [barrier] = [r.offset for r, _ in verdicts
+                 if stamp_of(r).barrier and stamp_of(r).term == successor["term"]]
+    data = [(r.offset, decode_record(r.value), verdict)
+            for r, verdict in verdicts if not stamp_of(r).barrier]
+    zombie_late = [verdict for offset, record, verdict in data
+                   if record.member == "a" and offset > barrier]
+    # On thawing the buffered write's produce request leaves before the
+    # zombie's tail has folded the successor's claim (that takes a fetch
+    # response and several more steps), so the broker takes the record.
+    assert zombie_late, "the thawed zombie's write did not reach the log"
+    assert set(zombie_late) == {"drop"}
+    assert {verdict for offset, record, verdict in data
+            if record.member == "b" or offset < barrier} == {"pass"}
+    # The broker lost nothing acknowledged, the zombie's accepted writes included.
+    in_log = {record.write_id for _, record, _ in data}
+    attempts = run.attempts()
+    assert {x.write_id for x in attempts if x.outcome == "committed"} <= in_log
+    # The function stopped: after the tenure ended, at most one attempt, refused.
+    after = [x for x in attempts if x.record.member == "a" and x.started_ms >= fenced["t_ms"]]
+    assert len(after) <= 1
+    assert all(x.outcome == "fenced" for x in after), after
+    assert await transactional_id_error(run.bootstrap, run.role) == TRANSACTIONAL_ID_NOT_FOUND
+    thawed = max((x for x in attempts if x.record.member == "a"), key=lambda x: x.record.seq)
+    print(f"TERM-ZOMBIE the frozen write ended {thawed.outcome}; {len(zombie_late)} zombie "
+          f"records after the successor's barrier, all dropped")
 
 
 async def _process_state(pid: int) -> str:

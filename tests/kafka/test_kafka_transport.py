@@ -41,12 +41,11 @@ from coordination import (
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
-from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from coordination.transport import PartitionRead
 from tests.support import polling
-from tests.support.kafka_io import committed_values
+from tests.support.kafka_io import committed_values, transactional_id_error
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.loop import run_ready_callbacks
 
@@ -263,13 +262,7 @@ async def test_term_mode_never_creates_a_transactional_producer_nor_a_roles_tran
     assert len(producers) == 1
     assert producers[0].get("transactional_id") is None
     assert producers[0]["enable_idempotence"] is True
-    coordinators = TransactionCoordinators(ClientOptions(kafka_bootstrap, {}),
-                                           timeout=DEADLINE, servers=kafka_bootstrap)
-    try:
-        described = await coordinators.describe(role)
-    finally:
-        await coordinators.close()
-    assert described.error_code == TRANSACTIONAL_ID_NOT_FOUND
+    assert await transactional_id_error(kafka_bootstrap, role) == TRANSACTIONAL_ID_NOT_FOUND
 
 
 # --------------------------------------------------------------- LeaseWriter

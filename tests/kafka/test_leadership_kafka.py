@@ -1,23 +1,30 @@
 """Leadership rules on the real broker, with several members in one test process.
 
 Each member has its own KafkaTransport, hence its own producers: to the
-broker they are separate clients, exactly as separate processes are.
+broker they are separate clients, exactly as separate processes are. The
+simultaneous challenge runs in both fencing modes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from coordination import (
     FencedError,
     Leadership,
+    TermKind,
+    TermLeadership,
     acquire_leadership,
+    decode_term_key,
     describe_leadership,
     describe_role_state,
     encode_key,
@@ -26,9 +33,16 @@ from coordination import (
     rendezvous_weight,
 )
 from coordination.kafka import KafkaTransport
+from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from coordination.records import Lease
 from tests.faults.faults import stop_the_world_until
-from tests.support.kafka_io import committed_values, create_state_and_output_topics
+from tests.support.kafka_io import (
+    committed_values,
+    create_state_and_output_topics,
+    terms_topic_of,
+    terms_view,
+    transactional_id_error,
+)
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -51,14 +65,18 @@ async def cluster(kafka_bootstrap):
             self.state, self.output = await create_state_and_output_topics(
                 kafka_bootstrap, partitions)
 
+        def new_transport(self, kind: type[KafkaTransport] = KafkaTransport) -> KafkaTransport:
+            return kind(kafka_bootstrap, topic=self.state,
+                        terms_topic=terms_topic_of(self.state))
+
         async def transport(self) -> KafkaTransport:
-            transport = KafkaTransport(kafka_bootstrap, topic=self.state)
+            transport = self.new_transport()
             await transport.__aenter__()
             opened.append(transport)
             return transport
 
         async def acquire(self, member: str, role: str | None = None,
-                          transport: KafkaTransport | None = None, **options: float):
+                          transport: KafkaTransport | None = None, **options: Any):
             return await acquire_leadership(
                 transport or await self.transport(), role or self.role, member,
                 partitions=self.partitions, **{**TIMING, **options},
@@ -86,22 +104,52 @@ class BarrierTransport(KafkaTransport):
         return await super().acquire_epoch(role, transaction_timeout, current)
 
 
+class ClaimBarrierTransport(KafkaTransport):
+    """Holds each member's first claim of a term at a barrier, so all claims are sent together."""
+
+    barrier: asyncio.Barrier
+    held = False
+
+    async def append_term(self, partition, key, value):
+        if not self.held and decode_term_key(key).kind is TermKind.CLAIM:
+            self.held = True
+            await self.barrier.wait()
+        return await super().append_term(partition, key, value)
+
+
+STANDBYS = ("b", "c", "d")
+
+
+@contextlib.asynccontextmanager
+async def challenging_together(
+    cluster, barrier_transport: type[KafkaTransport], **options: Any
+) -> AsyncIterator[list[asyncio.Task[Leadership]]]:
+    """Three standbys whose challenges the barrier starts at one instant, with no stagger."""
+    barrier = asyncio.Barrier(len(STANDBYS))
+    standbys = []
+    try:
+        for member in STANDBYS:
+            transport = cluster.new_transport(barrier_transport)
+            transport.barrier = barrier
+            await transport.__aenter__()
+            standbys.append((transport, asyncio.create_task(
+                cluster.acquire(member, transport=transport, challenge_stagger=0.0,
+                                **options))))
+        yield [task for _, task in standbys]
+    finally:
+        for transport, task in standbys:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await transport.__aexit__(None, None, None)
+
+
 async def test_simultaneous_challenges_leave_one_leader_and_mint_few_epochs(cluster):
     await cluster.setup()
     leader = await cluster.acquire("a")
-    barrier = asyncio.Barrier(3)
-    standbys = []
-    for member in ("b", "c", "d"):
-        transport = BarrierTransport(cluster.bootstrap, topic=cluster.state)
-        transport.barrier = barrier
-        await transport.__aenter__()
-        standbys.append((transport, asyncio.create_task(
-            cluster.acquire(member, transport=transport, challenge_stagger=0.0))))
-    observer = await cluster.transport()
-    before = (await describe_leadership(observer, cluster.role)).token
-    stop_renewing(leader)
-    try:
-        tasks = [task for _, task in standbys]
+    async with challenging_together(cluster, BarrierTransport) as tasks:
+        observer = await cluster.transport()
+        before = (await describe_leadership(observer, cluster.role)).token
+        stop_renewing(leader)
         done, _ = await asyncio.wait(tasks, timeout=LEASE * 10,
                                      return_when=asyncio.FIRST_COMPLETED)
         assert done, "no standby took over"
@@ -112,12 +160,47 @@ async def test_simultaneous_challenges_leave_one_leader_and_mint_few_epochs(clus
         status = await describe_leadership(observer, cluster.role)
         assert status.authoritative(leading[0].token)
         assert status.token.producer_id == before.producer_id
-        assert status.token.producer_epoch - before.producer_epoch <= len(standbys) + 1
-    finally:
-        for transport, task in standbys:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await transport.__aexit__(None, None, None)
+        assert status.token.producer_epoch - before.producer_epoch <= len(STANDBYS) + 1
+
+
+async def test_simultaneous_claims_of_a_term_leave_one_leader_the_first_claim_in_offset_order(
+    cluster,
+):
+    """Term mode: every standby claims term 2 at once; the first claim in offset
+    order wins it, the others read that claim before their own and go back to
+    following, and no transactional id is ever named."""
+    await cluster.setup()
+    term = {"fencing": "term", "outputs": [cluster.output]}
+    leader = await cluster.acquire("a", **term)
+    async with challenging_together(cluster, ClaimBarrierTransport, **term) as tasks:
+        stop_renewing(leader)  # its heartbeats stop
+        done, _ = await asyncio.wait(tasks, timeout=LEASE * 10,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert done, "no standby took over"
+
+        observer = await cluster.transport()
+
+        async def claims_of_term_2() -> list[tuple[int, str]]:
+            read = await observer.read_terms(leader.partition)
+            keys = [(r.offset, decode_term_key(r.key)) for r in read.records]
+            return [(offset, key.member) for offset, key in keys
+                    if key.kind is TermKind.CLAIM and key.term == 2]
+
+        # Every standby claimed term 2 before it read another's claim: they raced.
+        claims = await eventually(claims_of_term_2, lambda c: len(c) == len(STANDBYS),
+                                  within=LEASE * 2)
+        [winner] = [task.result() for task in tasks if task.done()]
+        assert isinstance(winner, TermLeadership)
+        assert winner.token.term == 2
+        assert (winner.tenure, winner.member) == min(claims)
+        assert not winner.done.done()
+        view = await terms_view(cluster.bootstrap, cluster.state, cluster.role,
+                                cluster.partitions)
+        assert (view.term, view.holder) == (2, winner.member)
+        assert sum(not task.done() for task in tasks) == len(STANDBYS) - 1
+        await winner.resign()
+    assert await transactional_id_error(cluster.bootstrap, cluster.role) == \
+        TRANSACTIONAL_ID_NOT_FOUND
 
 
 async def test_a_stuck_stable_offset_does_not_depose_another_roles_live_leader(cluster):

@@ -8,8 +8,20 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
-from coordination import RoleState, describe_leadership, describe_role_state
+from coordination import (
+    RoleState,
+    TermFilter,
+    TermStamp,
+    decode_term_header,
+    describe_leadership,
+    describe_role_state,
+    role_partition,
+)
 from coordination.kafka import KafkaTransport
+from coordination.kafka.coordinators import TransactionCoordinators
+from coordination.kafka.options import ClientOptions
+from coordination.term_fold import TermView, build_term_view
+from coordination.term_records import TERM_HEADER
 from tests.support.polling import eventually
 
 SETTLE_WITHIN = 10.0
@@ -85,3 +97,39 @@ async def read_committed(bootstrap: str, topic: str, partition: int = 0) -> list
 async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
     """The values of partition 0 of `topic` that read_committed consumers see."""
     return [record.value for record in await read_committed(bootstrap, topic)]
+
+
+def stamp_of(record: ConsumerRecord) -> TermStamp:
+    """A term-mode leader's record's ``coordination.term`` header, decoded."""
+    [stamp] = [value for name, value in record.headers if name == TERM_HEADER]
+    assert stamp is not None, record
+    return decode_term_header(stamp)
+
+
+async def term_filtered(
+    bootstrap: str, topic: str, partition: int = 0
+) -> list[tuple[ConsumerRecord, str]]:
+    """Every record of one partition with the verdict of a fresh `TermFilter` that
+    knows `topic` is term-fenced, as a plain consumer applying it in offset order sees."""
+    term_filter = TermFilter(fenced_topics=[topic])
+    return [(record, term_filter.admit(topic, partition, record.headers))
+            for record in await read_committed(bootstrap, topic, partition)]
+
+
+async def terms_view(bootstrap: str, state_topic: str, role: str, partitions: int) -> TermView:
+    """The role's `TermView` folded from its partition of the terms topic beside `state_topic`."""
+    async with KafkaTransport(bootstrap, topic=state_topic,
+                              terms_topic=terms_topic_of(state_topic)) as transport:
+        read = await transport.read_terms(role_partition(role, partitions))
+    return build_term_view(role, read.records)
+
+
+async def transactional_id_error(bootstrap: str, role: str) -> int:
+    """The error code DescribeTransactions answers for the transactional id `role`
+    (TRANSACTIONAL_ID_NOT_FOUND when no InitProducerId ever named it)."""
+    coordinators = TransactionCoordinators(ClientOptions(bootstrap, {}), timeout=30,
+                                           servers=bootstrap)
+    try:
+        return (await coordinators.describe(role)).error_code
+    finally:
+        await coordinators.close()
