@@ -77,6 +77,10 @@ class Context:
     cluster: ClusterWatch
     """What the readiness probe learnt of the cluster (on `clock`)."""
     readiness: ReadinessBounds
+    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each role's declared output topics (``installation.role(..., outputs=...)``)."""
+    terms_topic: TopicT | None = None
+    """Term mode's ``__coordination_terms``, folded beside the state topic (None in epoch mode)."""
     metrics: Metrics = field(default_factory=Metrics)
     clock: Clock = field(default_factory=SystemClock)
     http: aiohttp.ClientSession | None = None

@@ -1,7 +1,8 @@
 """The HTML dashboard served at ``/``: one self-refreshing page, no assets.
 
 It polls ``/roles/`` and each role's ``/roles/{role}/`` every second and
-shows holder, token, time to deadline, status, roster and skipped records.
+shows holder, token (a term-mode role's term), time to deadline, status,
+roster and skipped records.
 Rows carry ``data-role`` and cells a class per field, so a headless browser
 test can read what it shows. Time to deadline uses the server's ``now``, so a
 skewed browser clock does not distort it.
@@ -56,7 +57,9 @@ function text(tag, value, cls) {
 }
 
 function tokenText(token) {
-  return token ? token.producer_id + ":" + token.producer_epoch : "\\u2014";
+  if (!token) return "\\u2014";
+  return token.term !== undefined ? "term " + token.term  // term mode
+    : token.producer_id + ":" + token.producer_epoch;
 }
 
 function remaining(deadline, now) {
