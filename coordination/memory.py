@@ -44,7 +44,7 @@ from coordination.topic_policy import (
     TopicCheck,
     TopicFacts,
 )
-from coordination.transport import PartitionRead
+from coordination.transport import PartitionRead, require_key_or_value
 
 __all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryRecord", "MemoryTransport"]
 
@@ -648,6 +648,7 @@ class MemoryTransport:
         headers: list[tuple[str, bytes]],
     ) -> int:
         """Write one record to `topic`'s `partition` outside any transaction."""
+        require_key_or_value(key, value)
         await _round_trip()
         return self.broker.produce(topic, partition, key, value, self.clock.now_ms(),
                                    headers=tuple(headers))

@@ -31,6 +31,7 @@ __all__ = [
     "TopicCheck",
     "TopicFacts",
     "Transport",
+    "require_key_or_value",
 ]
 
 
@@ -237,8 +238,22 @@ class OutputWriter(Protocol):
         value: bytes | None,
         headers: list[tuple[str, bytes]],
     ) -> int:
-        """Write one record to `topic`'s `partition`; return its offset once acknowledged."""
+        """Write one record to `topic`'s `partition`; return its offset once acknowledged.
+
+        Headers keep their order and duplicates. A record with neither key nor
+        value is a `ValueError` (`require_key_or_value`).
+        """
         ...
+
+
+def require_key_or_value(key: bytes | None, value: bytes | None) -> None:
+    """`ValueError` for a record with neither a key nor a value.
+
+    Kafka's log would take one, but the Java and aiokafka producers refuse
+    it, so no transport may accept what the real one cannot send.
+    """
+    if key is None and value is None:
+        raise ValueError("a record needs a key or a value (both are None)")
 
 
 class Transport(Coordinator, StateReader, Registrar, LeaseWriter, TermLog, OutputWriter,

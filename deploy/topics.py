@@ -4,22 +4,27 @@
     python deploy/topics.py --replication-factor 3 --demo   # production-like, plus demo topic
 
 Creates ``__coordination_state`` (compacted, short ``segment.ms`` so the
-cleaner can compact it) and ``coordination-leadership-changes`` with the same
-partition count (the fold publishes each role's events to its own partition,
-and Faust requires co-partitioned topics to have equal counts). With ``--demo``
-also the demo role's one-partition output topic. Faust creates its own
-internal topics (table changelogs, ticks) when the first worker starts.
+cleaner can compact it), term mode's ``__coordination_terms`` (compacted
+likewise: every claim keeps its own key, so compaction never removes one and
+terms never restart), and ``coordination-leadership-changes``, all with the
+same partition count (a role's records are in the same partition of each;
+the fold publishes each role's events to its own partition, and Faust
+requires co-partitioned topics to have equal counts). The terms topic is
+created whatever the fencing mode, so a group can move to term mode without
+a new topic. With ``--demo`` also the demo role's one-partition output topic.
+Faust creates its own internal topics (table changelogs, ticks) when the
+first worker starts.
 
-Idempotent: an existing topic is checked, not changed. A state topic that is
-not exactly ``cleanup.policy=compact`` or has another partition count is an
-error naming the fix, as the library's start-up check would be: two counts
-would split a role across two partitions.
+Idempotent: an existing topic is checked, not changed. A state or terms topic
+that is not exactly ``cleanup.policy=compact``, or any of them with another
+partition count, is an error naming the fix, as the library's start-up check
+would be: two counts would split a role across two partitions.
 
 The cluster is reached as the worker reaches it: ``KAFKA_BOOTSTRAP_SERVERS``,
 ``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_*`` and ``KAFKA_SSL_*``, or the
 matching flags (``--security-protocol SASL_SSL`` ...; ``--help`` lists them),
 read by `coordination.kafka.Connection`. Its principal needs Create and
-Describe on the topics (DescribeConfigs too for an existing state topic):
+Describe on the topics (DescribeConfigs too for an existing state or terms topic):
 the worker's own principal does not have Create on them.
 
 Production settings (see docs/deploy.md): ``--replication-factor 3`` (then
@@ -47,7 +52,7 @@ from aiokafka.errors import BrokerResponseError, KafkaError, TopicAlreadyExistsE
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from coordination.defaults import PARTITIONS, STATE_TOPIC
+from coordination.defaults import PARTITIONS, STATE_TOPIC, TERMS_TOPIC
 from coordination.errors import ConfigurationError
 from coordination.kafka.connection import Connection
 
@@ -71,16 +76,16 @@ class TopicMismatch(Exception):
 
 
 def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
-          state_topic: str = STATE_TOPIC, events_topic: str = EVENTS_TOPIC,
-          demo_topic: str = DEMO_TOPIC) -> list[TopicSpec]:
+          state_topic: str = STATE_TOPIC, terms_topic: str = TERMS_TOPIC,
+          events_topic: str = EVENTS_TOPIC, demo_topic: str = DEMO_TOPIC) -> list[TopicSpec]:
     """The topics of a worker group with `partitions` state partitions."""
     durable = {"min.insync.replicas": str(min(2, replication))} if replication >= 3 else {}
+    compacted = {"cleanup.policy": "compact", "segment.ms": str(segment_ms),
+                 # Tombstones must outlive a lagging reader's catch-up.
+                 "delete.retention.ms": "86400000", **durable}
     wanted = [
-        TopicSpec(state_topic, partitions, replication,
-                  {"cleanup.policy": "compact", "segment.ms": str(segment_ms),
-                   # Tombstones must outlive a lagging reader's catch-up.
-                   "delete.retention.ms": "86400000", **durable},
-                  must_compact=True),
+        TopicSpec(state_topic, partitions, replication, compacted, must_compact=True),
+        TopicSpec(terms_topic, partitions, replication, compacted, must_compact=True),
         TopicSpec(events_topic, partitions, replication, {**durable}),
     ]
     if demo:
@@ -147,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replication-factor", type=int,
                         default=int(env.get("COORDINATION_REPLICATION_FACTOR", "1")))
     parser.add_argument("--segment-ms", type=int, default=60_000,
-                        help="state topic segment.ms: the cleaner compacts closed segments")
+                        help="state and terms topics' segment.ms: the cleaner compacts "
+                             "closed segments")
     parser.add_argument("--state-topic", default=env.get("COORDINATION_STATE_TOPIC", STATE_TOPIC))
+    parser.add_argument("--terms-topic", default=env.get("COORDINATION_TERMS_TOPIC", TERMS_TOPIC),
+                        help="term mode's claims and heartbeats (docs/term-mode.md)")
     parser.add_argument("--events-topic",
                         default=env.get("COORDINATION_EVENTS_TOPIC", EVENTS_TOPIC))
     parser.add_argument("--demo", action="store_true", help="also the demo role's output topic")
@@ -160,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     wanted = specs(args.partitions, args.replication_factor, args.segment_ms, demo=args.demo,
-                   state_topic=args.state_topic, events_topic=args.events_topic,
-                   demo_topic=args.demo_topic)
+                   state_topic=args.state_topic, terms_topic=args.terms_topic,
+                   events_topic=args.events_topic, demo_topic=args.demo_topic)
     try:
         report = asyncio.run(ensure(connection, wanted))
     except (TopicMismatch, BrokerResponseError) as exc:

@@ -1,4 +1,4 @@
-"""The Kafka adapter: `KafkaTransport` implements the four transport protocols.
+"""The Kafka adapter: `KafkaTransport` implements the six transport protocols.
 
 Imports aiokafka (and registers broker codes 90 and 105 with it, see
 `coordination.kafka.protocol`); the core library does not need it. Importing

@@ -1,6 +1,7 @@
 """`read_partition`: committed records from the first offset to the last stable offset.
 
-One read_committed consumer serves every read of a transport. Reads are
+One read_committed consumer serves every read of a transport, of any topic
+(the state topic's `read_partition`, term mode's `read_terms`). Reads are
 batched: a call joins the next read that has not started yet, and one read
 covers every partition asked for meanwhile. So a thousand candidates starting
 at once cost one read per partition rather than a thousand, and no caller
@@ -12,7 +13,9 @@ reached the last stable offset that the same fetch response reported. The
 stable offset and the high watermark of the result therefore come from one
 response and agree with the records: everything committed below the stable
 offset is in the records, and a stable offset below the high watermark means
-a transaction is open. Aborted records and control markers are skipped by
+a transaction is open (on a topic nobody writes transactionally, such as the
+terms topic, the stable offset is the high watermark, so a read goes to the
+end). Aborted records and control markers are skipped by
 aiokafka's read_committed fetcher. The consumer fetches with
 ``fetch_max_wait_ms=0`` (the broker answers at once, also for an empty
 partition) and pauses its partitions between reads so it does not poll.
@@ -39,30 +42,29 @@ POLL_MS = 5
 
 
 class PartitionReader:
-    """Batched read_committed reads of the state topic's partitions."""
+    """Batched read_committed reads of topics' partitions."""
 
     def __init__(
         self,
         consumer: Callable[[], Awaitable[Any]],
-        topic: str,
         *,
         timeout: float,
     ) -> None:
         self._new_consumer = consumer
         self._consumer: Any = None
-        self._topic = topic
         self._timeout = timeout
-        self._queued: dict[int, asyncio.Future[PartitionRead]] = {}
+        self._queued: dict[Any, asyncio.Future[PartitionRead]] = {}
         self._runner: asyncio.Task[None] | None = None
 
-    async def read(self, partition: int) -> PartitionRead:
-        """Every committed record of `partition` up to its last stable offset."""
-        result = self._queued.get(partition)
+    async def read(self, topic: str, partition: int) -> PartitionRead:
+        """Every committed record of `topic`'s `partition` up to its last stable offset."""
+        tp = TopicPartition(topic, partition)
+        result = self._queued.get(tp)
         if result is None:
             result = asyncio.get_running_loop().create_future()
-            self._queued[partition] = result
+            self._queued[tp] = result
         if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run(), name="read state partitions")
+            self._runner = asyncio.create_task(self._run(), name="read partitions")
         # Shielded: a cancelled caller must not cancel a read others share.
         return await asyncio.shield(result)
 
@@ -84,15 +86,15 @@ class PartitionReader:
         while self._queued:
             batch, self._queued = self._queued, {}
             try:
-                reads = await asyncio.wait_for(self._read(sorted(batch)), self._timeout)
+                reads = await asyncio.wait_for(self._read(list(batch)), self._timeout)
             except BaseException as exc:
                 error: BaseException = exc
                 if isinstance(exc, asyncio.CancelledError):
                     error = KafkaTransportError("the transport was closed")
                 elif isinstance(exc, TimeoutError):
+                    names = ", ".join(sorted({f"{tp.topic}-{tp.partition}" for tp in batch}))
                     error = KafkaUnavailableError(
-                        f"reading the state topic {self._topic!r} took longer than "
-                        f"{self._timeout:g} s")
+                        f"reading {names} took longer than {self._timeout:g} s")
                 for result in batch.values():
                     if not result.done():
                         result.set_exception(error)
@@ -100,22 +102,21 @@ class PartitionReader:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 continue
-            for partition, result in batch.items():
+            for tp, result in batch.items():
                 if not result.done():
-                    result.set_result(reads[partition])
+                    result.set_result(reads[tp])
 
-    async def _read(self, partitions: list[int]) -> dict[int, PartitionRead]:
+    async def _read(self, tps: list[Any]) -> dict[Any, PartitionRead]:
         if self._consumer is None:
             self._consumer = await self._new_consumer()
         consumer = self._consumer
-        tps = [TopicPartition(self._topic, p) for p in partitions]
         consumer.assign(tps)
         for tp in tps:
             # Offset 0 rather than seek_to_beginning (a ListOffsets round trip):
             # auto_offset_reset="earliest" moves a position below the log start.
             consumer.seek(tp, 0)
         records: dict[Any, list[Record]] = {tp: [] for tp in tps}
-        reads: dict[int, PartitionRead] = {}
+        reads: dict[Any, PartitionRead] = {}
         pending = set(tps)
         try:
             while pending:
@@ -128,7 +129,7 @@ class PartitionReader:
                     lso, hw = marks(consumer, tp)
                     at = position(consumer, tp)
                     if lso is not None and hw is not None and at is not None and at >= lso:
-                        reads[tp.partition] = PartitionRead(records[tp], lso, hw)
+                        reads[tp] = PartitionRead(records[tp], lso, hw)
                         pending.discard(tp)
                         consumer.pause(tp)
         finally:

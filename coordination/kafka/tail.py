@@ -1,8 +1,9 @@
-"""`tail`: followers of state partitions, all served by one consumer.
+"""`tail`: followers of partitions, all served by one consumer.
 
 A process holding a thousand roles has a thousand waiting candidates, each
-following its role's partition. They share one read_committed consumer (the
-`TailHub`): it is assigned every partition someone follows, and a loop hands
+following its role's partition of the state topic (and in term mode of the
+terms topic). They share one read_committed consumer (the `TailHub`): it is
+assigned every partition of any topic someone follows, and a loop hands
 each fetched record to the followers of its partition (`KafkaTail`), each
 keeping its own queue. A thousand tails therefore cost one consumer, one
 fetch session and one long poll per broker, not a thousand.
@@ -50,8 +51,9 @@ Marks = tuple[int, int]
 class KafkaTail:
     """One follower of one partition (`PartitionTail`)."""
 
-    def __init__(self, hub: TailHub, partition: int, from_offset: int) -> None:
+    def __init__(self, hub: TailHub, topic: str, partition: int, from_offset: int) -> None:
         self._hub = hub
+        self.topic = topic
         self.partition = partition
         self._accept_from = from_offset
         self._records: list[Record] = []
@@ -68,10 +70,10 @@ class KafkaTail:
                 if not is_outage(self._error):
                     raise self._error  # a bug, not an outage: never retried as one
                 raise KafkaTransportError(
-                    f"following partition {self.partition} failed: {self._error!r}"
+                    f"following {self.topic}-{self.partition} failed: {self._error!r}"
                 ) from self._error
             if self._closed:
-                raise InvalidStateError(f"the tail of partition {self.partition} is closed")
+                raise InvalidStateError(f"the tail of {self.topic}-{self.partition} is closed")
             read = self._take()
             if read is not None:
                 return read
@@ -147,16 +149,14 @@ class TailHub:
     def __init__(
         self,
         consumer: Callable[[], Awaitable[Any]],
-        topic: str,
         *,
         poll_ms: int = 50,
     ) -> None:
         self._new_consumer = consumer
-        self._topic = topic
         self._poll_ms = poll_ms
         self._consumer: Any = None
         self._start_lock = asyncio.Lock()
-        self._feeds: dict[int, _Feed] = {}
+        self._feeds: dict[Any, _Feed] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -165,14 +165,15 @@ class TailHub:
         """How many tails are open."""
         return sum(len(feed.tails) for feed in self._feeds.values())
 
-    async def follow(self, partition: int, from_offset: int) -> KafkaTail:
-        """A tail of `partition` that returns committed records from `from_offset` on."""
+    async def follow(self, topic: str, partition: int, from_offset: int) -> KafkaTail:
+        """A tail of `topic`'s `partition` returning committed records from `from_offset` on."""
         consumer = await self._started()
-        tail = KafkaTail(self, partition, from_offset)
-        feed = self._feeds.get(partition)
+        tail = KafkaTail(self, topic, partition, from_offset)
+        tp = TopicPartition(topic, partition)
+        feed = self._feeds.get(tp)
         if feed is None:
-            feed = _Feed(TopicPartition(self._topic, partition), from_offset)
-            self._feeds[partition] = feed
+            feed = _Feed(tp, from_offset)
+            self._feeds[tp] = feed
             self._reassign(consumer)
         elif from_offset < feed.position:
             # Rewind; the other tails drop what they already have.
@@ -184,7 +185,7 @@ class TailHub:
         feed.tails.add(tail)
         feed.dirty = True
         if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.create_task(self._run(consumer), name="tail state")
+            self._loop_task = asyncio.create_task(self._run(consumer), name="tail partitions")
         self._wake.set()
         return tail
 
@@ -202,7 +203,7 @@ class TailHub:
             await stop_consumer(consumer)
 
     def _forget(self, tail: KafkaTail) -> None:
-        feed = self._feeds.get(tail.partition)
+        feed = self._feeds.get(TopicPartition(tail.topic, tail.partition))
         if feed is not None:
             feed.tails.discard(tail)
 
@@ -235,12 +236,12 @@ class TailHub:
                 for feed in self._feeds.values():
                     feed.observe(consumer)
         except Exception as exc:  # a bug here must not leave tails waiting forever
-            log.exception("the state topic follower stopped")
+            log.exception("the partition follower stopped")
             self._fail_all(exc)
 
     def _dispatch(self, batch: dict[Any, list[Any]]) -> None:
         for tp, messages in batch.items():
-            feed = self._feeds.get(tp.partition)
+            feed = self._feeds.get(tp)
             if feed is None or not messages:
                 continue
             records = [Record(m.offset, m.key or b"", m.value, m.timestamp) for m in messages]
@@ -250,7 +251,8 @@ class TailHub:
 
     def _fail_all(self, error: BaseException) -> None:
         """A fetch error ends every tail; the hub starts afresh for new tails."""
-        log.warning("following the state topic %r failed: %r", self._topic, error)
+        followed = sorted({tp.topic for tp in self._feeds})
+        log.warning("following %s failed: %r", ", ".join(followed), error)
         for feed in self._feeds.values():
             for tail in feed.tails:
                 tail._fail(error)

@@ -1,4 +1,4 @@
-"""`KafkaTransport`: the four transport protocols on a real Kafka cluster.
+"""`KafkaTransport`: the six transport protocols on a real Kafka cluster.
 
 What it relies on of Kafka (docs/design.md#the-safety-argument and
 docs/design.md#the-kafka-adapter; each is proven by the ``[kafka]`` half of
@@ -33,15 +33,26 @@ all, negotiates ApiVersions v0 (no finalized features) and maps codes 90 and
 error classes are therefore hand-written with aiokafka's own protocol classes
 in `coordination.kafka.protocol`.
 
+Term mode (docs/term-mode.md) needs none of the transaction machinery:
+`append_term` and `write_output` go through the plain idempotent producer of
+the registrations, and `read_terms`, `tail_terms` and `check_terms_topic` are
+the state topic's reads and check applied to the terms topic. Nothing on
+those paths creates a transactional producer or sends InitProducerId with a
+transactional id, so no TransactionalId ACL is needed and
+DescribeTransactions for a role used only in term mode answers 105. (The
+idempotent producer's own InitProducerId carries a null transactional id: it
+mints a producer id for sequence numbers, no role's epoch.)
+
 Clients, all created lazily and closed by `close()` (bounded, also on errors):
 one transactional producer per acquired role (`coordination.kafka.fenced`), one
-plain idempotent producer for registrations, one read_committed consumer for
-`read_partition` (`coordination.kafka.reader`), one shared by every tail
-(`coordination.kafka.tail`), an admin client for the topic check
-(`coordination.kafka.admin`) and a raw client for the coordinator requests
-(`coordination.kafka.coordinators`). Every network wait is bounded: by
-`operation_timeout` for reads, registrations, checks and coordinator requests,
-and by the role's transaction timeout for the fenced producer.
+plain idempotent producer for registrations, term records and term-mode
+outputs, one read_committed consumer for `read_partition` and `read_terms`
+(`coordination.kafka.reader`), one shared by every tail of either topic
+(`coordination.kafka.tail`), an admin client for the topic checks and output
+metadata (`coordination.kafka.admin`) and a raw client for the coordinator
+requests (`coordination.kafka.coordinators`). Every network wait is bounded:
+by `operation_timeout` for reads, plain writes, checks and coordinator
+requests, and by the role's transaction timeout for the fenced producer.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
     AIOKafkaConsumer,
@@ -57,7 +68,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.defaults import STATE_TOPIC
+from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.errors import FencedError, InvalidStateError, StateTopicError
 from coordination.kafka.admin import TopicChecker
 from coordination.kafka.coordinators import TransactionCoordinators
@@ -82,7 +93,10 @@ from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.topic_policy import StateTopicPolicy, TopicFacts, require_topic
-from coordination.transport import PartitionRead, TopicCheck
+from coordination.transport import PartitionRead, TopicCheck, require_key_or_value
+
+if TYPE_CHECKING:
+    from coordination.transport import Transport
 
 __all__ = ["KafkaTransport"]
 
@@ -97,7 +111,7 @@ log = logging.getLogger("coordination.kafka")
 
 
 class KafkaTransport:
-    """Coordinator, StateReader, Registrar and LeaseWriter on a Kafka cluster.
+    """All six transport protocols (`coordination.transport.Transport`) on a Kafka cluster.
 
     ``async with KafkaTransport("127.0.0.1:9092") as transport: ...``
 
@@ -109,7 +123,8 @@ class KafkaTransport:
     fenced producer's (those are bounded by the role's transaction timeout);
     an unreachable cluster is a `KafkaUnavailableError` within it.
     `tail_wait_ms` is the tails' fetch long-poll: committed records arrive at
-    once, a move of the high watermark alone within that time.
+    once, a move of the high watermark alone within that time. `topic` is
+    the state topic and `terms_topic` term mode's.
     """
 
     def __init__(
@@ -117,6 +132,7 @@ class KafkaTransport:
         bootstrap_servers: str | list[str],
         *,
         topic: str = STATE_TOPIC,
+        terms_topic: str = TERMS_TOPIC,
         operation_timeout: float = 15.0,
         tail_wait_ms: int = 200,
         check_cache_seconds: float = 30.0,
@@ -125,24 +141,27 @@ class KafkaTransport:
         if not operation_timeout > 0:
             raise ValueError(f"operation_timeout must be positive, got {operation_timeout}")
         self.topic = topic
+        self.terms_topic = terms_topic
         self.servers = servers_text(bootstrap_servers)
         self._options = ClientOptions(bootstrap_servers, aiokafka_options)
         self._timeout = operation_timeout
-        self._checker = TopicChecker(self._options, topic, timeout=operation_timeout,
+        self._checker = TopicChecker(self._options, timeout=operation_timeout,
                                      servers=self.servers, cache_seconds=check_cache_seconds)
         self._policy = StateTopicPolicy()
+        self._terms_policy = StateTopicPolicy("terms topic")
         self._coordinators = TransactionCoordinators(self._options, timeout=operation_timeout,
                                                      servers=self.servers)
-        self._reader = PartitionReader(lambda: self._new_consumer(0), topic,
-                                       timeout=operation_timeout)
-        self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms), topic)
+        self._reader = PartitionReader(lambda: self._new_consumer(0), timeout=operation_timeout)
+        self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms))
         self._producers: dict[str, RoleProducer] = {}
         # role -> (token, error) of its producer that retired itself (fenced, fatal)
         self._ended: dict[str, tuple[FencingToken, BaseException]] = {}
         self._role_locks: dict[str, asyncio.Lock] = {}
         self._plain: Any = None
         self._plain_lock = asyncio.Lock()
-        self._topic_seen = False
+        # Topics known to exist: no client touches a topic before it is in here
+        # (aiokafka's metadata requests would auto-create it).
+        self._existing: set[str] = set()
         self._closed = False
 
     # Lifecycle.
@@ -253,22 +272,24 @@ class KafkaTransport:
     async def read_partition(self, partition: int) -> PartitionRead:
         """Committed records of `partition` from its first offset to the stable offset."""
         self._check_open()
-        return await self._reader.read(partition)
+        await self._require(self.topic, "state topic")
+        return await self._reader.read(self.topic, partition)
 
     async def tail(self, partition: int, from_offset: int) -> KafkaTail:
         """Follow `partition` from `from_offset` (all tails share one consumer)."""
         self._check_open()
-        return await self._hub.follow(partition, from_offset)
+        await self._require(self.topic, "state topic")
+        return await self._hub.follow(self.topic, partition, from_offset)
 
     async def topic_facts(self) -> TopicFacts:
         """What the cluster says of the state topic and its brokers (cached)."""
         self._check_open()
-        return await self._checker.facts()
+        return await self._checker.facts(self.topic)
 
     async def check_topic(self, partitions: int, lease_duration: float | None) -> TopicCheck:
         """Refuse a state topic or broker the protocol cannot run on (`StateTopicError`)."""
         check = self._policy.check(await self.topic_facts(), partitions, lease_duration)
-        self._topic_seen = True
+        self._existing.add(self.topic)
         return check
 
     # Registrar.
@@ -276,23 +297,8 @@ class KafkaTransport:
     async def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write one record through the plain idempotent producer; return its offset."""
         self._check_open()
-        producer = await self._plain_producer()
-
-        async def send() -> Any:
-            delivery = await producer.send(self.topic, value, key=key, partition=partition)
-            return await asyncio.shield(delivery)
-
-        try:
-            metadata = await asyncio.wait_for(send(), self._timeout)
-        except TimeoutError as exc:
-            raise KafkaUnavailableError(
-                f"appending to {self.topic}-{partition}: no acknowledgement within "
-                f"{self._timeout:g} s (cluster {self.servers})"
-            ) from exc
-        except _errors.KafkaError as exc:
-            raise KafkaTransportError(
-                f"appending to {self.topic}-{partition} failed: {exc!r}") from exc
-        return int(metadata.offset)
+        await self._require(self.topic, "state topic")
+        return await self._send_plain(self.topic, partition, key, value)
 
     # LeaseWriter.
 
@@ -300,7 +306,7 @@ class KafkaTransport:
         """Open a transaction on `role`'s fenced producer, which must hold `token`."""
         self._check_open()
         owner = self._owner(role, token)
-        await self._require_topic()
+        await self._require(self.topic, "state topic")
         return await owner.begin()
 
     async def release(self, role: str, token: FencingToken) -> None:
@@ -316,6 +322,74 @@ class KafkaTransport:
                                   f"{None if owner is None else owner.token}, not {token}")
             self._ended.pop(role, None)
             await self._drop(role)
+
+    # TermLog: the state topic's reads, check and plain producer, on the terms topic.
+
+    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+        """Write one term record through the plain idempotent producer; return its offset."""
+        self._check_open()
+        await self._require(self.terms_topic, "terms topic")
+        return await self._send_plain(self.terms_topic, partition, key, value)
+
+    async def read_terms(self, partition: int) -> PartitionRead:
+        """Every record of the terms topic's `partition`, to its end.
+
+        The reader of `read_partition`: nothing on the terms topic is
+        transactional, so its stable offset is its high watermark.
+        """
+        self._check_open()
+        await self._require(self.terms_topic, "terms topic")
+        return await self._reader.read(self.terms_topic, partition)
+
+    async def tail_terms(self, partition: int, from_offset: int) -> KafkaTail:
+        """Follow the terms topic's `partition` from `from_offset` (the tails' consumer)."""
+        self._check_open()
+        await self._require(self.terms_topic, "terms topic")
+        return await self._hub.follow(self.terms_topic, partition, from_offset)
+
+    async def check_terms_topic(self, partitions: int) -> TopicCheck:
+        """Refuse a terms topic term mode cannot run on (`StateTopicError`).
+
+        The state topic's policy without the lease checks: nothing on the
+        terms topic is transactional.
+        """
+        self._check_open()
+        check = self._terms_policy.check(await self._checker.facts(self.terms_topic),
+                                         partitions, None)
+        self._existing.add(self.terms_topic)
+        return check
+
+    # OutputWriter.
+
+    async def output_partitions(self, topic: str) -> int:
+        """How many partitions `topic` has now; a missing topic is a `KafkaTransportError`."""
+        self._check_open()
+        count = await self._checker.partition_count(topic)
+        if count is None:
+            raise KafkaTransportError(
+                f"no topic {topic!r} on {self.servers} (UNKNOWN_TOPIC_OR_PARTITION): "
+                "create an output topic before a leader declares it")
+        self._existing.add(topic)
+        return count
+
+    async def write_output(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+    ) -> int:
+        """Write one record to `topic`'s `partition` through the plain idempotent producer.
+
+        Outside any transaction: acknowledged means written, whatever happens
+        to the leader afterwards. Returns the record's offset.
+        """
+        self._check_open()
+        require_key_or_value(key, value)
+        if topic not in self._existing:
+            await self.output_partitions(topic)
+        return await self._send_plain(topic, partition, key, value, headers)
 
     # Internals.
 
@@ -381,21 +455,56 @@ class KafkaTransport:
             holder.rebind(bumped)
         return bumped
 
-    async def _require_topic(self) -> None:
-        """The topic exists (once per transport): no client may auto-create it."""
-        if not self._topic_seen:
-            require_topic(await self._checker.facts())
-            self._topic_seen = True
+    async def _require(self, topic: str, label: str) -> None:
+        """`topic` exists (asked once per transport): no client may auto-create it.
+
+        A missing one is the `StateTopicError` naming how to create it.
+        """
+        if topic not in self._existing:
+            require_topic(await self._checker.facts(topic), label)
+            self._existing.add(topic)
+
+    async def _send_plain(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> int:
+        """One record through the plain idempotent producer, at `partition`; its offset."""
+        producer = await self._plain_producer()
+
+        async def send() -> Any:
+            # aiokafka asserts the partition is in its metadata; a partition
+            # the topic does not have is the broker's UNKNOWN_TOPIC_OR_PARTITION.
+            if partition not in await producer.partitions_for(topic):
+                raise KafkaTransportError(
+                    f"no partition {topic}-{partition} (UNKNOWN_TOPIC_OR_PARTITION)")
+            delivery = await producer.send(topic, value, key=key, partition=partition,
+                                           headers=headers)
+            return await asyncio.shield(delivery)
+
+        try:
+            metadata = await asyncio.wait_for(send(), self._timeout)
+        except TimeoutError as exc:
+            raise KafkaUnavailableError(
+                f"appending to {topic}-{partition}: no acknowledgement within "
+                f"{self._timeout:g} s (cluster {self.servers})"
+            ) from exc
+        except _errors.KafkaError as exc:
+            raise KafkaTransportError(
+                f"appending to {topic}-{partition} failed: {exc!r}") from exc
+        return int(metadata.offset)
 
     async def _new_consumer(self, fetch_max_wait_ms: int) -> Any:
-        await self._require_topic()
         consumer = AIOKafkaConsumer(**self._options.consumer(
             group_id=None, isolation_level="read_committed", enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms,
         ))
         try:
             await start_bounded(consumer.start(), self._timeout,
-                                f"reading the state topic {self.topic!r}", self.servers)
+                                "starting a read_committed consumer", self.servers)
         except BaseException:
             await stop_consumer(consumer)
             raise
@@ -406,18 +515,25 @@ class KafkaTransport:
             plain = self._plain
             if plain is not None and plain._sender.sender_task.done():
                 # Its sender died (a fatal error): queued records would wait forever.
-                log.warning("the registration producer failed; starting a new one")
+                log.warning("the plain producer failed; starting a new one")
                 self._plain = None
                 await stop_producer(plain)
             if self._plain is None:
-                await self._require_topic()
+                # No transactional_id: this producer never mints a role's epoch,
+                # which is what term mode relies on.
                 producer = AIOKafkaProducer(**self._options.producer(
                     acks="all", enable_idempotence=True))
                 try:
                     await start_bounded(producer.start(), self._timeout,
-                                        "starting the registration producer", self.servers)
+                                        "starting the plain producer", self.servers)
                 except BaseException:
                     await stop_producer(producer)
                     raise
                 self._plain = producer
             return self._plain
+
+
+if TYPE_CHECKING:
+    def _implements_transport(transport: KafkaTransport) -> Transport:
+        """A static check only: mypy refuses it if `KafkaTransport` lacks a method."""
+        return transport

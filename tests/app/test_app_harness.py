@@ -85,6 +85,7 @@ class AppGroup:
         self.partitions = partitions
         self.app_id = f"krabka-it-{suffix}"
         self.state_topic = f"__coordination_state_it_{suffix}"
+        self.terms_topic = f"__coordination_terms_it_{suffix}"
         self.events_topic = f"coordination-leadership-changes-it-{suffix}"
         self.demo_topic = f"coordination-demo-output-it-{suffix}"
         self.settings = {"lease": lease, "renew": renew, "stagger": stagger}
@@ -97,6 +98,7 @@ class AppGroup:
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "COORDINATION_APP_ID": self.app_id,
             "COORDINATION_STATE_TOPIC": self.state_topic,
+            "COORDINATION_TERMS_TOPIC": self.terms_topic,
             "COORDINATION_EVENTS_TOPIC": self.events_topic,
             "COORDINATION_DEMO_TOPIC": self.demo_topic,
             "COORDINATION_PARTITIONS": str(self.partitions),
@@ -118,13 +120,14 @@ class AppGroup:
 
     def create_topics(self, segment_ms: int = 3_600_000, *, env: dict[str, str] | None = None,
                       check: bool = True) -> subprocess.CompletedProcess[str]:
-        """The state (long segments: no compaction mid-test), events and demo topics
-        (`env`: more variables for deploy/topics.py, such as KAFKA_SASL_USERNAME)."""
+        """The state and terms (long segments: no compaction mid-test), events and demo
+        topics (`env`: more variables for deploy/topics.py, such as KAFKA_SASL_USERNAME)."""
         return subprocess.run(
             [sys.executable, str(ROOT / "deploy" / "topics.py"), "--bootstrap-servers",
              self.bootstrap, "--partitions", str(self.partitions), "--segment-ms",
              str(segment_ms), "--demo", "--state-topic", self.state_topic,
-             "--events-topic", self.events_topic, "--demo-topic", self.demo_topic],
+             "--terms-topic", self.terms_topic, "--events-topic", self.events_topic,
+             "--demo-topic", self.demo_topic],
             check=check, capture_output=True, text=True, timeout=60,
             env={**os.environ, **(env or {})},
         )

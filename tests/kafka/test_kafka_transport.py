@@ -3,8 +3,9 @@
 The rules both transports follow are tests/kafka/test_transport_contract.py; here
 are the adapter's own: fetch latency, one consumer for every tail, the
 transaction protocol version, cancellation inside aiokafka, unreachable
-clusters, closing, and the aiokafka options. Every test gets a fresh
-compacted state topic with a unique name. Waits poll with a deadline;
+clusters, closing, the aiokafka options, and term mode's paths touching no
+transaction machinery. Every test gets a fresh compacted state topic and
+terms topic with unique names. Waits poll with a deadline;
 nothing sleeps a fixed time."""
 
 from __future__ import annotations
@@ -18,17 +19,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import coordination.kafka.transport as kafka_transport_module
 from coordination import (
+    TERM_HEADER,
+    Claim,
+    Heartbeat,
+    TermStamp,
     acquire_leadership,
+    claim_key,
     describe_leadership,
+    encode_claim,
+    encode_heartbeat,
+    encode_term_header,
+    encode_term_key,
+    heartbeat_key,
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError
+from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.options import ClientOptions
+from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from coordination.transport import PartitionRead
 from tests.support import polling
 from tests.support.kafka_io import committed_values
@@ -74,14 +87,20 @@ async def state_topic(new_topic: Callable[..., Awaitable[str]]) -> str:
 
 
 @pytest.fixture
+async def terms_topic(new_topic: Callable[..., Awaitable[str]]) -> str:
+    return await new_topic()
+
+
+@pytest.fixture
 async def transports(
-    kafka_bootstrap: str, state_topic: str
+    kafka_bootstrap: str, state_topic: str, terms_topic: str
 ) -> AsyncIterator[Callable[..., Awaitable[KafkaTransport]]]:
-    """Open transports (processes) on the state topic; all closed at the end."""
+    """Open transports (processes) on the state and terms topics; all closed at the end."""
     opened: list[KafkaTransport] = []
 
     async def open_transport(**options: Any) -> KafkaTransport:
-        transport = KafkaTransport(kafka_bootstrap, topic=state_topic, **options)
+        transport = KafkaTransport(kafka_bootstrap, topic=state_topic, terms_topic=terms_topic,
+                                   **options)
         await transport.__aenter__()
         opened.append(transport)
         return transport
@@ -170,6 +189,87 @@ async def test_tails_of_many_roles_share_one_consumer(transports, role, monkeypa
             await tail.close()
 
 
+async def test_term_reads_and_tails_share_the_state_topics_consumers(
+    transports, role, monkeypatch
+):
+    """One consumer reads both topics, one follows both: term mode adds no client."""
+    started: list[Any] = []
+
+    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    transport = await transports()
+    term_offset = await transport.append_term(1, *claim(role, "a", 1))
+    state_offset = await transport.append(1, *registration_record(role, "a"))
+    assert [r.offset for r in (await transport.read_terms(1)).records] == [term_offset]
+    assert [r.offset for r in (await transport.read_partition(1)).records] == [state_offset]
+    tails = [await transport.tail_terms(1, 0), await transport.tail(1, 0)]
+    try:
+        for tail in tails:
+            read = await asyncio.wait_for(tail.next(), DEADLINE)
+            assert len(read.records) == 1
+        assert len(started) == 2
+    finally:
+        for tail in tails:
+            await tail.close()
+
+
+# ------------------------------------------------------------------- term mode
+
+
+def claim(role: str, member: str, term: int) -> tuple[bytes, bytes]:
+    return (encode_term_key(claim_key(role, member, term)),
+            encode_claim(Claim(member, term, time.time_ns() // 1_000_000)))
+
+
+async def test_term_mode_never_creates_a_transactional_producer_nor_a_roles_transactional_id(
+    kafka_bootstrap, transports, role, new_topic, monkeypatch
+):
+    """Every term-mode path, and the registrations, through one plain idempotent
+    producer; afterwards DescribeTransactions for the role's transactional id
+    answers TRANSACTIONAL_ID_NOT_FOUND: no InitProducerId ever named it."""
+    producers: list[dict[str, Any]] = []
+
+    class RecordingProducer(AIOKafkaProducer):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            producers.append(kwargs)
+
+    monkeypatch.setattr(kafka_transport_module, "AIOKafkaProducer", RecordingProducer)
+    output = await new_topic(2, compacted=False)
+    transport = await transports()
+    partition = role_partition(role, PARTITIONS)
+    await transport.check_topic(PARTITIONS, None)
+    await transport.check_terms_topic(PARTITIONS)
+    await transport.append(partition, *registration_record(role, "a"))
+    tail = await transport.tail_terms(partition, 0)
+    try:
+        claimed = await transport.append_term(partition, *claim(role, "a", 1))
+        assert [r.offset for r in (await transport.read_terms(partition)).records] == [claimed]
+        await asyncio.wait_for(tail.next(), DEADLINE)
+        await transport.append_term(partition, encode_term_key(heartbeat_key(role)),
+                                    encode_heartbeat(Heartbeat("a", 1, 0)))
+    finally:
+        await tail.close()
+    stamp = [(TERM_HEADER, encode_term_header(TermStamp(role, 1)))]
+    for p in range(await transport.output_partitions(output)):
+        await transport.write_output(output, p, b"k", b"v", stamp)
+
+    assert len(producers) == 1
+    assert producers[0].get("transactional_id") is None
+    assert producers[0]["enable_idempotence"] is True
+    coordinators = TransactionCoordinators(ClientOptions(kafka_bootstrap, {}),
+                                           timeout=DEADLINE, servers=kafka_bootstrap)
+    try:
+        described = await coordinators.describe(role)
+    finally:
+        await coordinators.close()
+    assert described.error_code == TRANSACTIONAL_ID_NOT_FOUND
+
+
 # --------------------------------------------------------------- LeaseWriter
 
 
@@ -207,7 +307,9 @@ async def test_an_unreachable_bootstrap_is_a_clear_error_within_30_seconds():
     async with KafkaTransport(servers, operation_timeout=10) as transport:
         for call in (lambda: transport.describe_epoch("any.role"),
                      lambda: transport.acquire_epoch("any.role", LEASE),
-                     lambda: transport.check_topic(PARTITIONS, LEASE)):
+                     lambda: transport.check_topic(PARTITIONS, LEASE),
+                     lambda: transport.check_terms_topic(PARTITIONS),
+                     lambda: transport.output_partitions("any-topic")):
             with pytest.raises(KafkaUnavailableError, match=re.escape(servers)):
                 await call()
     assert time.monotonic() - started < 30
@@ -216,18 +318,25 @@ async def test_an_unreachable_bootstrap_is_a_clear_error_within_30_seconds():
 # ------------------------------------------------------------------ lifecycle
 
 
-async def test_closing_the_transport_stops_every_client_it_started(kafka_bootstrap,
-                                                                    state_topic, role):
+async def test_closing_the_transport_stops_every_client_it_started(
+    kafka_bootstrap, state_topic, terms_topic, role, new_topic
+):
+    output = await new_topic(2, compacted=False)
     before = asyncio.all_tasks()
-    async with KafkaTransport(kafka_bootstrap, topic=state_topic) as transport:
+    async with KafkaTransport(kafka_bootstrap, topic=state_topic,
+                              terms_topic=terms_topic) as transport:
         token = await transport.acquire_epoch(role, LEASE)
         await transport.check_topic(PARTITIONS, LEASE)
+        await transport.check_terms_topic(PARTITIONS)
         await transport.append(0, *registration_record(role, "a"))
+        await transport.append_term(0, *claim(role, "a", 1))
+        await transport.write_output(output, 1, b"k", b"v", [])
         await write_lease(transport, role, token, 0, *lease_record(role, token))
         await transport.read_partition(0)
-        tail = await transport.tail(0, 0)
+        await transport.read_terms(0)
+        tails = [await transport.tail(0, 0), await transport.tail_terms(0, 0)]
         await transport.describe_epoch(role)
-    assert tail is not None
+    assert len(tails) == 2
     left = [t for t in asyncio.all_tasks() - before if not t.done()]
     assert left == []
 

@@ -7,6 +7,9 @@ Kafka does. Each test gets a fresh cluster view: a new state topic, and
 `cluster.process()` opens another client process on it. Waits poll with a
 deadline; in memory, time passes by moving the cluster's clock.
 
+Term mode's two protocols (`TermLog` on the terms topic, `OutputWriter` on a
+leader's outputs) are held to the same rules, without transactions.
+
 Run against a broken in-memory broker (``TRANSPORT_CONTRACT_BROKER``, see
 tests/faults/broken_brokers.py) the suite must fail; tests/kafka/test_contract_can_fail.py
 checks that it does.
@@ -23,11 +26,25 @@ import pytest
 
 from coordination import (
     NO_EPOCH,
+    TERM_HEADER,
+    Barrier,
+    Claim,
     FencedError,
     FencingToken,
+    Heartbeat,
     PartitionRead,
     StateTopicError,
+    TermStamp,
     TopicCheck,
+    TransportError,
+    barrier_key,
+    claim_key,
+    encode_barrier,
+    encode_claim,
+    encode_heartbeat,
+    encode_term_header,
+    encode_term_key,
+    heartbeat_key,
     murmur2,
     to_positive,
 )
@@ -510,3 +527,208 @@ async def test_release_closes_the_roles_producer(cluster, role):
     with pytest.raises(FencedError):
         await transport.begin_transaction(role, token)
     assert (await transport.describe_epoch(role)).token == token
+
+
+# --------------------------------------------------------------------- TermLog
+
+
+def claim_record(role: str, member: str, term: int) -> tuple[bytes, bytes]:
+    return (encode_term_key(claim_key(role, member, term)),
+            encode_claim(Claim(member, term, 1_700_000_000_000)))
+
+
+def heartbeat_record(role: str, member: str, term: int) -> tuple[bytes, bytes]:
+    return (encode_term_key(heartbeat_key(role)),
+            encode_heartbeat(Heartbeat(member, term, 1_700_000_000_000)))
+
+
+async def test_read_terms_of_an_empty_partition_is_empty(cluster):
+    assert await (await cluster.process()).read_terms(0) == PartitionRead([], 0, 0)
+
+
+async def test_term_offsets_are_per_partition_and_read_terms_returns_them_in_order(
+    cluster, role
+):
+    transport = await cluster.process()
+    written = [(0, claim_record(role, "a", 1)), (1, claim_record(role, "b", 1)),
+               (0, heartbeat_record(role, "a", 1)), (0, claim_record(role, "b", 2))]
+    offsets = [await transport.append_term(partition, *record)
+               for partition, record in written]
+    assert offsets == [0, 0, 1, 2]
+    read = await transport.read_terms(0)
+    assert [(r.offset, r.key, r.value) for r in read.records] == [
+        (0, *written[0][1]), (1, *written[2][1]), (2, *written[3][1])]
+    # Nothing is transactional: the read goes to the end.
+    assert (read.last_stable_offset, read.high_watermark) == (3, 3)
+    assert [r.offset for r in (await transport.read_terms(1)).records] == [0]
+    # The terms topic is its own topic: the state topic holds none of them.
+    assert await transport.read_partition(0) == PartitionRead([], 0, 0)
+
+
+async def test_claims_of_two_processes_get_increasing_offsets_and_read_back_in_that_order(
+    cluster, role
+):
+    """The offset order is the referee: every member reads the same order back."""
+    a, b = await cluster.process(), await cluster.process()
+    records = {member: [claim_record(role, member, term) for term in range(1, 6)]
+               for member in ("a", "b")}
+
+    async def claims(transport, member: str) -> list[int]:
+        return [await transport.append_term(3, *record) for record in records[member]]
+
+    offsets = dict(zip("ab", await asyncio.gather(claims(a, "a"), claims(b, "b")), strict=True))
+    for member in "ab":  # one after the other: each acknowledged before the next
+        assert offsets[member] == sorted(offsets[member])
+    assert sorted(offsets["a"] + offsets["b"]) == list(range(10))
+    by_offset = {o: r for m in "ab" for o, r in zip(offsets[m], records[m], strict=True)}
+    for reader in (a, b, await cluster.process()):
+        read = await reader.read_terms(3)
+        assert [(r.offset, r.key, r.value) for r in read.records] == [
+            (o, *by_offset[o]) for o in range(10)]
+
+
+async def test_a_terms_tail_wakes_on_a_new_record(cluster, role):
+    transport, leader = await cluster.process(), await cluster.process()
+    start = await leader.append_term(2, *claim_record(role, "a", 1))
+    tail = await transport.tail_terms(2, start + 1)
+    try:
+        waiting = asyncio.ensure_future(tail.next())
+        offset = await leader.append_term(2, *heartbeat_record(role, "a", 1))
+        seen: list[tuple[int, bytes]] = []
+        while offset not in [o for o, _ in seen]:
+            read = await asyncio.wait_for(waiting, 30)
+            assert read.last_stable_offset == read.high_watermark
+            seen += [(r.offset, r.key) for r in read.records]
+            waiting = asyncio.ensure_future(tail.next())
+        waiting.cancel()
+        assert seen == [(offset, heartbeat_record(role, "a", 1)[0])]
+    finally:
+        await tail.close()
+
+
+async def test_a_terms_tail_and_a_state_tail_of_one_partition_stay_apart(cluster, role):
+    """The two topics share partition numbers, not records."""
+    transport = await cluster.process()
+    terms, state = await transport.tail_terms(1, 0), await transport.tail(1, 0)
+    try:
+        term_offset = await transport.append_term(1, *claim_record(role, "a", 1))
+        state_offset = await transport.append(1, *registration_record(role, "a"))
+        seen: dict[str, list[bytes]] = {"terms": [], "state": []}
+        for name, tail, offset in (("terms", terms, term_offset), ("state", state, state_offset)):
+            read = await asyncio.wait_for(tail.next(), 30)
+            while offset not in [r.offset for r in read.records]:
+                read = await asyncio.wait_for(tail.next(), 30)
+            seen[name] = [r.key for r in read.records]
+        assert seen == {"terms": [claim_record(role, "a", 1)[0]],
+                        "state": [registration_record(role, "a")[0]]}
+    finally:
+        await terms.close()
+        await state.close()
+
+
+async def test_check_terms_topic_accepts_the_terms_topic(cluster):
+    check = await (await cluster.process()).check_terms_topic(cluster.partitions)
+    assert isinstance(check, TopicCheck)
+
+
+async def test_check_terms_topic_refuses_a_missing_topic_and_says_how_to_create_it(cluster):
+    transport = await cluster.process(
+        terms_topic=f"contract-never-created-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(StateTopicError, match=r"the terms topic .* does not exist") as refused:
+        await transport.check_terms_topic(cluster.partitions)
+    assert "--terms-topic" in str(refused.value)
+    assert "cleanup.policy=compact" in str(refused.value)
+
+
+async def test_check_terms_topic_refuses_a_delete_policy(cluster):
+    """Retention would delete old claims, and terms must never restart."""
+    transport = await cluster.process(terms_topic=await cluster.new_topic(compacted=False))
+    with pytest.raises(StateTopicError, match=r"the terms topic .* has cleanup\.policy") as refused:
+        await transport.check_terms_topic(cluster.partitions)
+    assert "must be exactly 'compact'" in str(refused.value)
+
+
+async def test_check_terms_topic_refuses_another_partition_count(cluster):
+    transport = await cluster.process()
+    with pytest.raises(StateTopicError,
+                       match=rf"the terms topic .* has {cluster.partitions} partitions"):
+        await transport.check_terms_topic(cluster.partitions * 2)
+
+
+async def test_term_mode_round_trip_mints_no_epoch_for_the_role(cluster, role):
+    """Claims, heartbeats, reads, checks and outputs need no transaction
+    coordinator: the role has no epoch afterwards (DescribeTransactions
+    answers TRANSACTIONAL_ID_NOT_FOUND on Kafka)."""
+    output = await cluster.new_topic(1, compacted=False)
+    transport = await cluster.process()
+    await transport.check_topic(cluster.partitions, None)
+    await transport.check_terms_topic(cluster.partitions)
+    await transport.append(0, *registration_record(role, "a"))
+    tail = await transport.tail_terms(0, 0)
+    try:
+        claimed = await transport.append_term(0, *claim_record(role, "a", 1))
+        assert claimed in [r.offset for r in (await transport.read_terms(0)).records]
+        await asyncio.wait_for(tail.next(), 30)
+    finally:
+        await tail.close()
+    await transport.append_term(0, *heartbeat_record(role, "a", 1))
+    assert await transport.output_partitions(output) == 1
+    await transport.write_output(output, 0, None, b"data",
+                                 [(TERM_HEADER, encode_term_header(TermStamp(role, 1)))])
+    status = await transport.describe_epoch(role)
+    assert (status.token, status.state) == (NO_EPOCH, "Unknown")
+
+
+# ---------------------------------------------------------------- OutputWriter
+
+
+async def test_output_partitions_counts_a_topics_partitions(cluster):
+    transport = await cluster.process()
+    assert await transport.output_partitions(await cluster.new_topic(3, compacted=False)) == 3
+
+
+async def test_output_partitions_of_a_missing_topic_is_a_transport_error(cluster):
+    transport = await cluster.process()
+    with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        await transport.output_partitions(f"contract-never-created-{uuid.uuid4().hex[:6]}")
+
+
+async def test_write_output_keeps_the_partition_and_the_headers_and_returns_the_offset(
+    cluster, role
+):
+    output = await cluster.new_topic(3, compacted=False)
+    transport = await cluster.process()
+    stamp = encode_term_header(TermStamp(role, 7))
+    barrier = encode_term_header(TermStamp(role, 7, barrier=True))
+    # In order, duplicates kept: a reader must see a doubled header to refuse it.
+    data_headers = [(TERM_HEADER, stamp), ("trace", b"1"), ("trace", b"2"), ("empty", b"")]
+    barrier_record = (encode_term_key(barrier_key(role, "a", 7)),
+                      encode_barrier(Barrier("a", 7, 1_700_000_000_000)))
+    offsets = [
+        await transport.write_output(output, 2, *barrier_record, [(TERM_HEADER, barrier)]),
+        await transport.write_output(output, 2, b"order-1", b"paid", data_headers),
+        await transport.write_output(output, 2, b"order-1", None, []),
+        await transport.write_output(output, 0, b"order-2", b"paid", data_headers),
+    ]
+    assert offsets == [0, 1, 2, 0]
+    assert await cluster.records(output, 2) == [
+        (0, *barrier_record, [(TERM_HEADER, barrier)]),
+        (1, b"order-1", b"paid", data_headers),
+        (2, b"order-1", None, []),
+    ]
+    assert await cluster.records(output, 0) == [(0, b"order-2", b"paid", data_headers)]
+    assert await cluster.records(output, 1) == []
+
+
+async def test_write_output_to_a_missing_topic_or_partition_is_a_transport_error(cluster):
+    output = await cluster.new_topic(2, compacted=False)
+    transport = await cluster.process()
+    with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        await transport.write_output(f"contract-never-created-{uuid.uuid4().hex[:6]}", 0,
+                                     None, b"lost", [])
+    with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        await transport.write_output(output, 2, None, b"lost", [])
+    with pytest.raises(ValueError, match="a key or a value"):
+        await transport.write_output(output, 0, None, None, [])
+    assert await cluster.records(output, 0) == []
+    assert await cluster.records(output, 1) == []

@@ -1,8 +1,10 @@
 """One cluster, two backends: what the transport contract suite runs against.
 
-A backend is a cluster with a fresh state topic. `process()` opens another
+A backend is a cluster with a fresh state topic and a fresh terms topic (term
+mode's, with the state topic's partition count). `process()` opens another
 client process on it (a transport with its own producers, so two of them can
-fence each other); `eventually()` polls a condition while time passes, which
+fence each other); `records()` is what a plain consumer of a partition reads,
+headers included; `eventually()` polls a condition while time passes, which
 on the real broker is the wall clock and in memory is a `ManualClock` moved
 in steps (the broker's cleaner runs at each step on the topics created
 with `eager_compaction`, as Kafka's does within seconds on such topics).
@@ -20,10 +22,19 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordination import ManualClock, MemoryBroker, MemoryTransport
 from coordination.kafka import KafkaTransport
+from coordination.memory import MemoryRecord
 from tests.faults.broken_brokers import BROKEN_BROKERS
 from tests.support import polling
+from tests.support.kafka_io import read_committed
 
-__all__ = ["BROKER_VARIABLE", "DEADLINE", "KafkaBackend", "MemoryBackend", "memory_broker_class"]
+__all__ = [
+    "BROKER_VARIABLE",
+    "DEADLINE",
+    "KafkaBackend",
+    "MemoryBackend",
+    "StoredRecord",
+    "memory_broker_class",
+]
 
 T = TypeVar("T")
 
@@ -44,6 +55,10 @@ NO_COMPACTION = {"segment.ms": "600000"}
 MEMORY_STEP_MS = 50
 # As the test broker (deploy/kafka/kafka.py) is configured.
 MEMORY_ABORT_CLEANUP_INTERVAL = 1.0
+
+
+StoredRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+"""(offset, key, value, headers) of a record as a consumer reads it."""
 
 
 def memory_broker_class() -> type[MemoryBroker]:
@@ -71,9 +86,11 @@ class MemoryBackend:
         self._topics = 0
         self._eager: list[str] = []
         self.state_topic = ""
+        self.terms_topic = ""
 
     async def start(self) -> None:
         self.state_topic = await self.new_topic()
+        self.terms_topic = await self.new_topic()
 
     async def new_topic(self, partitions: int = PARTITIONS, *, compacted: bool = True,
                         eager_compaction: bool = False) -> str:
@@ -84,8 +101,13 @@ class MemoryBackend:
             self._eager.append(name)
         return name
 
-    async def process(self, topic: str | None = None) -> MemoryTransport:
-        return MemoryTransport(self.broker, topic=topic or self.state_topic)
+    async def process(self, topic: str | None = None,
+                      terms_topic: str | None = None) -> MemoryTransport:
+        return MemoryTransport(self.broker, topic=topic or self.state_topic,
+                               terms_topic=terms_topic or self.terms_topic)
+
+    async def records(self, topic: str, partition: int) -> list[StoredRecord]:
+        return [_stored(r) for r in self.broker.records(topic, partition)]
 
     def now_ms(self) -> int:
         """The clients' wall clock."""
@@ -116,6 +138,7 @@ class KafkaBackend:
         self.bootstrap = bootstrap
         self.partitions = PARTITIONS
         self.state_topic = ""
+        self.terms_topic = ""
         self._admin: Any = None
         self._opened: list[KafkaTransport] = []
 
@@ -123,6 +146,7 @@ class KafkaBackend:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await self._admin.start()
         self.state_topic = await self.new_topic()
+        self.terms_topic = await self.new_topic()
 
     async def new_topic(self, partitions: int = PARTITIONS, *, compacted: bool = True,
                         eager_compaction: bool = False) -> str:
@@ -136,11 +160,17 @@ class KafkaBackend:
         assert [error for _, error, _ in response.topic_errors] == [0]
         return name
 
-    async def process(self, topic: str | None = None) -> KafkaTransport:
-        transport = KafkaTransport(self.bootstrap, topic=topic or self.state_topic)
+    async def process(self, topic: str | None = None,
+                      terms_topic: str | None = None) -> KafkaTransport:
+        transport = KafkaTransport(self.bootstrap, topic=topic or self.state_topic,
+                                   terms_topic=terms_topic or self.terms_topic)
         await transport.__aenter__()
         self._opened.append(transport)
         return transport
+
+    async def records(self, topic: str, partition: int) -> list[StoredRecord]:
+        return [(r.offset, r.key, r.value, list(r.headers))
+                for r in await read_committed(self.bootstrap, topic, partition)]
 
     def now_ms(self) -> int:
         """The clients' wall clock."""
@@ -154,3 +184,7 @@ class KafkaBackend:
         for transport in self._opened:
             await transport.close()
         await self._admin.close()
+
+
+def _stored(record: MemoryRecord) -> StoredRecord:
+    return (record.offset, record.key, record.value, list(record.headers))

@@ -341,12 +341,12 @@ async def test_kafka_a_kafka_failure_inside_a_fenced_producer_call_is_a_transpor
 
 async def test_kafka_a_tail_ended_by_a_bug_raises_the_bug_and_by_a_fetch_error_a_transport_error():
     bug = TypeError("a bug in the fetch loop")
-    broken = KafkaTail(SimpleNamespace(), 0, 0)  # type: ignore[arg-type]
+    broken = KafkaTail(SimpleNamespace(), "state", 0, 0)  # type: ignore[arg-type]
     broken._fail(bug)
     with pytest.raises(TypeError) as caught:
         await broken.next()
     assert caught.value is bug
-    failed = KafkaTail(SimpleNamespace(), 0, 0)  # type: ignore[arg-type]
+    failed = KafkaTail(SimpleNamespace(), "state", 0, 0)  # type: ignore[arg-type]
     failed._fail(kafka_errors.KafkaConnectionError("connection reset"))
     with pytest.raises(KafkaTransportError):
         await failed.next()

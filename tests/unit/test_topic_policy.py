@@ -80,31 +80,40 @@ class CountingChecker(TopicChecker):
     """A checker whose cluster answers from a list, counting the questions."""
 
     def __init__(self, answers: list[TopicFacts], cache_seconds: float) -> None:
-        super().__init__(ClientOptions("127.0.0.1:9", {}), "state", timeout=1,
+        super().__init__(ClientOptions("127.0.0.1:9", {}), timeout=1,
                          servers="127.0.0.1:9", cache_seconds=cache_seconds)
         self.answers = answers
-        self.fetches = 0
+        self.fetches: list[str] = []
 
-    async def _fetch(self) -> TopicFacts:
-        self.fetches += 1
+    async def _fetch(self, topic: str) -> TopicFacts:
+        self.fetches.append(topic)
         return self.answers.pop(0)
 
 
 async def test_the_kafka_checker_caches_the_facts_of_an_existing_topic():
     checker = CountingChecker([WELL_SET, with_(partitions=8)], cache_seconds=30)
-    assert await checker.facts() == WELL_SET
-    assert await checker.facts() == WELL_SET
-    assert checker.fetches == 1
+    assert await checker.facts("state") == WELL_SET
+    assert await checker.facts("state") == WELL_SET
+    assert checker.fetches == ["state"]
+
+
+async def test_the_kafka_checker_caches_each_topic_on_its_own():
+    terms = TopicFacts("terms", "127.0.0.1:9", exists=True, partitions=4)
+    checker = CountingChecker([WELL_SET, terms], cache_seconds=30)
+    assert await checker.facts("state") == WELL_SET
+    assert await checker.facts("terms") == terms
+    assert await checker.facts("state") == WELL_SET
+    assert checker.fetches == ["state", "terms"]
 
 
 async def test_the_kafka_checker_asks_again_once_the_cache_is_stale():
     checker = CountingChecker([WELL_SET, with_(partitions=8)], cache_seconds=-1)  # always stale
-    await checker.facts()
-    assert (await checker.facts()).partitions == 8
+    await checker.facts("state")
+    assert (await checker.facts("state")).partitions == 8
 
 
 async def test_the_kafka_checker_does_not_cache_a_missing_topic():
     missing = TopicFacts("state", "127.0.0.1:9", exists=False)
     checker = CountingChecker([missing, WELL_SET], cache_seconds=30)
-    assert not (await checker.facts()).exists
-    assert await checker.facts() == WELL_SET
+    assert not (await checker.facts("state")).exists
+    assert await checker.facts("state") == WELL_SET
