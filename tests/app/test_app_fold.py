@@ -127,6 +127,7 @@ def test_the_first_lease_emits_elected_with_every_lease_field():
         "schema": 1, "role": ROLE, "kind": "elected", "member": "a", "rank": 0,
         "token": {"producer_id": 1000, "producer_epoch": 0}, "tenure": first.offset,
         "granted_at": 100, "deadline": 30_100, "previous_holder": None, "previous_token": None,
+        "term": None, "previous_term": None,
         "partition": HOME, "offset": first.offset, "timestamp": 150,
     }
 

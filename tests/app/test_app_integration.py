@@ -110,7 +110,7 @@ def _check_event_fields(event: dict[str, Any]) -> None:
     """Every documented field, with its documented type (docs/events.md)."""
     assert set(event) == {"schema", "role", "kind", "member", "rank", "token", "tenure",
                           "granted_at", "deadline", "previous_holder", "previous_token",
-                          "partition", "offset", "timestamp"}
+                          "term", "previous_term", "partition", "offset", "timestamp"}
     assert event["schema"] == 1
     assert event["kind"] in KINDS
     assert isinstance(event["role"], str)
