@@ -18,7 +18,10 @@ tick reports a holder's silence too. Faust runs at_least_once there (no
 transactions): a record's events are published, and acknowledged, before its
 table value is written, so a crash between the two repeats events on the
 replay rather than losing them, and the value's last applied offset makes
-the replay change nothing else.
+the replay change nothing else. Three agents then read, update and write one
+role's value with an await in between (the acknowledgement), so each does it
+under the worker's fold lock: without it one agent's write would undo
+another's.
 
 Nothing a record contains can stop any agent: a malformed record is
 counted and reported (in the role's value, or the partition's), then skipped.
@@ -103,15 +106,16 @@ async def apply_record(ctx: Context, message: Any) -> None:
         log.warning("partition %d offset %d skipped: %s", partition, record.offset, key.reason)
         return
     role_key = key.role.encode("utf-8")
-    current_value = _load(ctx, role_key)
     options = ctx.settings.leadership_options
-    value, events = fold(current_value, record, partition, ctx.partitions,
-                         placement=options.placement,
-                         challenge_stagger=options.challenge_stagger)
-    if value is None or value is current_value:
-        return
-    await _publish(ctx, events)
-    ctx.tables.role_state[role_key] = role_state.encode(value)
+    async with ctx.fold_lock:
+        current_value = _load(ctx, role_key)
+        value, events = fold(current_value, record, partition, ctx.partitions,
+                             placement=options.placement,
+                             challenge_stagger=options.challenge_stagger)
+        if value is None or value is current_value:
+            return
+        await _publish(ctx, events)
+        ctx.tables.role_state[role_key] = role_state.encode(value)
     _warn_if_out_of_order(value, current_value)
     if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
@@ -132,12 +136,13 @@ async def apply_terms_record(ctx: Context, message: Any) -> None:
                     key.reason)
         return
     role, role_key = key.role, key.role.encode("utf-8")
-    current = _load(ctx, role_key)
-    value, events = fold_terms(current, record, partition, ctx.partitions, timeout_ms)
-    if value is None or value is current:
-        return
-    await _publish(ctx, events)
-    ctx.tables.role_state[role_key] = role_state.encode(value)
+    async with ctx.fold_lock:
+        current = _load(ctx, role_key)
+        value, events = fold_terms(current, record, partition, ctx.partitions, timeout_ms)
+        if value is None or value is current:
+            return
+        await _publish(ctx, events)
+        ctx.tables.role_state[role_key] = role_state.encode(value)
     assert value.terms is not None
     before = 0 if current is None or current.terms is None else len(current.terms.errors)
     if len(value.terms.errors) > before:
@@ -163,17 +168,18 @@ async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
     """Report every lapse on `partition` due at `now_ms` (what the tick agent does)."""
     table = ctx.tables.role_state
     timeout_ms = ctx.settings.leadership_options.lease_ms
-    for key, raw in list(table.items()):
-        value = role_state.decode(raw)
-        if value.partition != partition:
-            continue
-        new, events = expire(value, now_ms)
-        if new.terms is not None:
-            new, term = expire_term(new, now_ms, timeout_ms)
-            events += term
-        if events:
-            await _publish(ctx, events)
-            table[key] = role_state.encode(new)
+    async with ctx.fold_lock:
+        for key, raw in list(table.items()):
+            value = role_state.decode(raw)
+            if value.partition != partition:
+                continue
+            new, events = expire(value, now_ms)
+            if new.terms is not None:
+                new, term = expire_term(new, now_ms, timeout_ms)
+                events += term
+            if events:
+                await _publish(ctx, events)
+                table[key] = role_state.encode(new)
 
 
 def install(ctx: Context) -> None:

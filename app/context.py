@@ -11,6 +11,7 @@ build as many workers as they need.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ class Context:
     """The started transport (None until the role service has connected)."""
     runners: dict[str, LeaderRunner] = field(default_factory=dict)
     """The role service's runner per role (empty until it has connected)."""
+    fold_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by the fold, terms and tick agents around a read, update and write of a
+    role's value (`agents.fold`)."""
 
     @property
     def member(self) -> str:
