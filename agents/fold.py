@@ -12,7 +12,19 @@ tick to each state partition this worker owns (on a co-partitioned ticks
 topic), and the tick, processed inside that partition's transaction, may
 write the table and emit ``lapsed``.
 
-Nothing a record contains can stop either agent: a malformed record is
+In term mode (``COORDINATION_FENCING=term``) a third agent folds
+``__coordination_terms`` (co-partitioned: a role's terms records are in the
+partition of the same number, so they land in the same table value), and the
+tick reports a holder's silence too. Faust runs at_least_once there (no
+transactions): a record's events are published, and acknowledged, before its
+table value is written, so a crash between the two repeats events on the
+replay rather than losing them, and the value's last applied offset makes
+the replay change nothing else. Three agents then read, update and write one
+role's value with an await in between (the acknowledgement), so each does it
+under the worker's fold lock: without it one agent's write would undo
+another's.
+
+Nothing a record contains can stop any agent: a malformed record is
 counted and reported (in the role's value, or the partition's), then skipped.
 """
 
@@ -24,14 +36,23 @@ from typing import Any
 import orjson
 
 from agents.events import LeadershipEvent
-from agents.folding import Unattributed, expire, fold, fold_unattributed, route
+from agents.folding import (
+    Unattributed,
+    expire,
+    expire_term,
+    fold,
+    fold_terms,
+    fold_unattributed,
+    route,
+    route_term,
+)
 from app.context import Context
 from coordination import Record
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
 from tables.role_state import RoleValue
 
-__all__ = ["apply_record", "apply_tick", "install"]
+__all__ = ["apply_record", "apply_terms_record", "apply_tick", "install"]
 
 log = logging.getLogger("agents.fold")
 
@@ -56,9 +77,17 @@ def _load(ctx: Context, key: bytes) -> RoleValue | None:
 
 
 async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
+    """Send `events`; without transactions (term mode), wait until each is written.
+
+    Under exactly_once the events commit with the table value in the
+    partition's transaction. At least once, a value written before its
+    events are would, after a crash, make the replay skip them for good.
+    """
     for event in events:
-        await ctx.events_topic.send(key=event.role.encode("utf-8"), value=event.encode(),
-                                    partition=event.partition)
+        sent = await ctx.events_topic.send(key=event.role.encode("utf-8"), value=event.encode(),
+                                           partition=event.partition)
+        if ctx.settings.term_mode:
+            await sent
         ctx.metrics.event(event.kind)
         ctx.feed.publish(event)
 
@@ -79,20 +108,49 @@ async def apply_record(ctx: Context, message: Any) -> None:
         log.warning("partition %d offset %d skipped: %s", partition, record.offset, key.reason)
         return
     role_key = key.role.encode("utf-8")
-    current_value = _load(ctx, role_key)
     options = ctx.settings.leadership_options
-    value, events = fold(current_value, record, partition, ctx.partitions,
-                         placement=options.placement,
-                         challenge_stagger=options.challenge_stagger)
-    if value is None or value is current_value:
-        return
-    ctx.tables.role_state[role_key] = role_state.encode(value)
+    async with ctx.fold_lock:
+        current_value = _load(ctx, role_key)
+        value, events = fold(current_value, record, partition, ctx.partitions,
+                             placement=options.placement,
+                             challenge_stagger=options.challenge_stagger)
+        if value is None or value is current_value:
+            return
+        await _publish(ctx, events)
+        ctx.tables.role_state[role_key] = role_state.encode(value)
     _warn_if_out_of_order(value, current_value)
     if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
         log.warning("%s: partition %d offset %d skipped: %s", key.role, partition,
                     record.offset, value.state.errors[-1][1])
-    await _publish(ctx, events)
+
+
+async def apply_terms_record(ctx: Context, message: Any) -> None:
+    """Fold one ``__coordination_terms`` message (what the terms agent does per event)."""
+    partition = message.partition
+    record = _record(message)
+    timeout_ms = ctx.settings.leadership_options.lease_ms
+    key = route_term(record, partition, ctx.partitions)
+    if isinstance(key, Unattributed):
+        # Counted, not kept: the partition's value counts state-topic offsets.
+        ctx.metrics.skip(partition, f"term-{key.kind}")
+        log.warning("terms partition %d offset %d skipped: %s", partition, record.offset,
+                    key.reason)
+        return
+    role, role_key = key.role, key.role.encode("utf-8")
+    async with ctx.fold_lock:
+        current = _load(ctx, role_key)
+        value, events = fold_terms(current, record, partition, ctx.partitions, timeout_ms)
+        if value is None or value is current:
+            return
+        await _publish(ctx, events)
+        ctx.tables.role_state[role_key] = role_state.encode(value)
+    assert value.terms is not None
+    before = 0 if current is None or current.terms is None else len(current.terms.errors)
+    if len(value.terms.errors) > before:
+        ctx.metrics.skip(partition, "malformed-term")
+        log.warning("%s: terms partition %d offset %d skipped: %s", role, partition,
+                    record.offset, value.terms.errors[-1][1])
 
 
 def _warn_if_out_of_order(value: RoleValue, previous: RoleValue | None) -> None:
@@ -111,14 +169,19 @@ def _warn_if_out_of_order(value: RoleValue, previous: RoleValue | None) -> None:
 async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
     """Report every lapse on `partition` due at `now_ms` (what the tick agent does)."""
     table = ctx.tables.role_state
-    for key, raw in list(table.items()):
-        value = role_state.decode(raw)
-        if value.partition != partition or value.state.lease is None or value.lapse_reported:
-            continue
-        new, events = expire(value, now_ms)
-        if events:
-            table[key] = role_state.encode(new)
-            await _publish(ctx, events)
+    timeout_ms = ctx.settings.leadership_options.lease_ms
+    async with ctx.fold_lock:
+        for key, raw in list(table.items()):
+            value = role_state.decode(raw)
+            if value.partition != partition:
+                continue
+            new, events = expire(value, now_ms)
+            if new.terms is not None:
+                new, term = expire_term(new, now_ms, timeout_ms)
+                events += term
+            if events:
+                await _publish(ctx, events)
+                table[key] = role_state.encode(new)
 
 
 def install(ctx: Context) -> None:
@@ -134,6 +197,17 @@ def install(ctx: Context) -> None:
                 # A bug must not wedge the partition: log it loudly and go on.
                 log.exception("fold failed at partition %d offset %d",
                               event.message.partition, event.message.offset)
+
+    if ctx.terms_topic is not None:
+
+        @app.agent(ctx.terms_topic, name="coordination-fold-terms")
+        async def terms_agent(stream: Any) -> None:
+            async for event in stream.events():
+                try:
+                    await apply_terms_record(ctx, event.message)
+                except Exception:
+                    log.exception("the terms fold failed at partition %d offset %d",
+                                  event.message.partition, event.message.offset)
 
     @app.agent(ctx.ticks_topic, name="coordination-ticks")
     async def tick_agent(stream: Any) -> None:

@@ -12,6 +12,12 @@ the agent in `agents.fold` does the I/O.
 Lapses are judged by time: a tick's wall clock, or the Kafka timestamp of the
 role's next record (the writer's clock, like every lease deadline). A lapse is
 reported once per lease record, and only while that lease is the latest.
+
+In term mode `fold_terms` applies a ``__coordination_terms`` record to the
+role's `TermView` with the library's `coordination.TermFold` (the rule the
+candidates elect by) and `coordination.events.term_change_event` names the events;
+`expire_term` reports a holder silent for the election timeout, once per
+sign of life, located at that sign.
 """
 
 from __future__ import annotations
@@ -28,15 +34,19 @@ from coordination import (
     Renewed,
     RoleFold,
     RoleState,
+    TermKey,
     decode_key,
+    decode_term_key,
     defaults,
     role_partition,
 )
-from coordination.events import change_event, lease_event
+from coordination.events import change_event, lease_event, term_change_event, term_lapse
+from coordination.term_fold import TermFold, TermView
 from tables.partition_state import PartitionValue, SkipKind
 from tables.role_state import MAX_ERRORS, MAX_TENURES, RoleValue
 
-__all__ = ["Unattributed", "expire", "fold", "fold_unattributed", "route"]
+__all__ = ["Unattributed", "expire", "expire_term", "fold", "fold_terms", "fold_unattributed",
+           "route", "route_term"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +68,22 @@ def route(record: Record, partition: int, partitions: int) -> Key | Unattributed
         return Unattributed(
             "misplaced",
             f"role {key.role!r} belongs to partition {home}, read from partition {partition}",
+        )
+    return key
+
+
+def route_term(record: Record, partition: int, partitions: int) -> TermKey | Unattributed:
+    """The terms record's decoded key, or why no role of `partition` owns it."""
+    try:
+        key = decode_term_key(record.key)
+    except FormatError as exc:
+        return Unattributed("undecodable-key", str(exc))
+    home = role_partition(key.role, partitions)
+    if home != partition:
+        return Unattributed(
+            "misplaced",
+            f"role {key.role!r} belongs to partition {home}, read from terms partition "
+            f"{partition}",
         )
     return key
 
@@ -123,3 +149,69 @@ def _lapse(value: RoleValue, now_ms: int) -> list[LeadershipEvent]:
     assert state.lease_timestamp is not None
     return [lease_event("lapsed", state, value.partition, lease, state.tenure,
                         state.lease_offset, state.lease_timestamp)]
+
+
+def fold_terms(
+    value: RoleValue | None, record: Record, partition: int, partitions: int, timeout_ms: int,
+) -> tuple[RoleValue | None, list[LeadershipEvent]]:
+    """Apply one record of the terms topic's `partition` to its role's value.
+
+    `timeout_ms` is the election timeout (the worker's lease duration in term
+    mode): a holder silent that long before this record's timestamp is
+    reported ``lapsed`` first. A record `route_term` rejects leaves `value`
+    as it is; one at or below the last terms offset applied is a replay and
+    changes nothing.
+    """
+    key = route_term(record, partition, partitions)
+    if isinstance(key, Unattributed):
+        return value, []
+    if value is None:
+        value = RoleValue(RoleState(key.role), partition)
+    elif value.state.role != key.role:
+        raise ValueError(f"a terms record of role {key.role!r} folded into "
+                         f"{value.state.role!r}")
+    if record.offset <= value.terms_offset:
+        return value, []
+    view = (TermView(key.role) if value.terms is None else
+            replace(value.terms, winners=dict(value.terms.winners),
+                    errors=list(value.terms.errors)))
+    new = replace(value, terms=view, terms_offset=record.offset)
+    events = _term_lapse(new, record.timestamp, timeout_ms)
+    sign = view.sign_offset
+    fold = TermFold(key.role)
+    fold.view = view
+    change = fold.apply(record)
+    if view.sign_offset != sign:
+        new.sign_timestamp = record.timestamp
+        new.term_lapse_reported = False  # a new sign of life can lapse in its turn
+    if change is not None:
+        events.append(term_change_event(key.role, partition, change,
+                                        _rank(new.state, change.claim.member)))
+    return new, events
+
+
+def expire_term(value: RoleValue, now_ms: int, timeout_ms: int
+                ) -> tuple[RoleValue, list[LeadershipEvent]]:
+    """Report the holder's silence if `timeout_ms` passed since its last sign at `now_ms`."""
+    new = replace(value)
+    return new, _term_lapse(new, now_ms, timeout_ms)
+
+
+def _term_lapse(value: RoleValue, now_ms: int, timeout_ms: int) -> list[LeadershipEvent]:
+    since = value.sign_timestamp
+    if (value.terms is None or value.term_lapse_reported or since is None
+            or now_ms < since + timeout_ms):
+        return []
+    holder = value.terms.holder
+    event = term_lapse(value.state.role, value.partition, value.terms, since, timeout_ms,
+                       None if holder is None else _rank(value.state, holder))
+    if event is None:
+        return []
+    value.term_lapse_reported = True
+    return [event]
+
+
+def _rank(state: RoleState, member: str) -> int | None:
+    """`member`'s rank in the role's roster (on the state topic), or None if unregistered."""
+    rank, ranked = state.rank_of(member)
+    return rank if ranked else None

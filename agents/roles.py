@@ -18,7 +18,7 @@ unguarded side effects at the fence deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from coordination import (
@@ -31,7 +31,7 @@ from coordination import (
     Transport,
 )
 
-__all__ = ["MetricsObserver", "RoleFunction", "RoleRunner", "declare"]
+__all__ = ["MetricsObserver", "RoleFunction", "RoleRunner", "check_outputs", "declare"]
 
 
 def declare(registry: dict[str, RoleFunction], name: str
@@ -56,6 +56,26 @@ def declare(registry: dict[str, RoleFunction], name: str
         return fn
 
     return decorate
+
+
+def check_outputs(name: str, outputs: Iterable[str]) -> tuple[str, ...]:
+    """`outputs` of role `name` as a tuple of distinct topic names, in the order given.
+
+    A `ValueError` for a bare string (a topic name is not a list of one-letter
+    topics), a name that is not a non-empty string, or a name given twice.
+    """
+    if isinstance(outputs, str | bytes):
+        raise ValueError(f"role {name!r}: outputs= takes a list of topic names, not the "
+                         f"single {type(outputs).__name__} {outputs!r}")
+    declared = tuple(outputs)
+    for topic in declared:
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"role {name!r}: an output topic must be a non-empty string, "
+                             f"got {topic!r}")
+    twice = sorted({topic for topic in declared if declared.count(topic) > 1})
+    if twice:
+        raise ValueError(f"role {name!r}: output topic(s) {', '.join(twice)} declared twice")
+    return declared
 
 
 class RoleMetrics(Protocol):

@@ -81,10 +81,10 @@ class RoleService(Service):
                 log.warning("cannot connect the coordination transport yet: %r", exc)
                 await asyncio.sleep(CONNECT_RETRY)
         ctx.transport = transport
-        options = ctx.settings.leadership_options
         observer = MetricsObserver(ctx.metrics)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):
+            options = ctx.settings.role_options(ctx.outputs.get(name, ()))
             runner = RoleRunner(transport, name, fn, member, options, clock=ctx.clock,
                                 observer=observer)
             ctx.runners[name] = runner

@@ -5,8 +5,9 @@ and a Faust app: Faust consumes the state and events topics in the consumer
 group named by the app id, creates and uses its own topics (table
 changelogs, the ticks topic, its assignor's leader topic), all named
 ``{app id}-...``, and commits each partition's fold in transactions whose ids
-start with the app id too. `worker_acls` lists all of them; docs/deploy.md
-shows them as ``kafka-acls`` commands.
+start with the app id too (in epoch mode; a term-mode worker has no
+transactions). `worker_acls` lists all of them; docs/deploy.md shows them as
+``kafka-acls`` commands.
 
 Without the check, a principal that lacks one fails late and obscurely (a
 Faust rebalance loop, a role that never leads). With it, the worker stops at
@@ -30,23 +31,28 @@ log = logging.getLogger("app.access")
 
 def worker_acls(settings: Settings, roles: Iterable[str],
                 guarded_topics: Iterable[str] = ()) -> list[Acl]:
-    """Every ACL a worker with `settings` standing for `roles` needs."""
+    """Every ACL a worker with `settings` standing for `roles` needs.
+
+    `guarded_topics` are the roles' declared outputs. In term mode
+    (``COORDINATION_FENCING=term``) there is no TransactionalId ACL at all:
+    the roles claim terms on the terms topic through a plain producer, and
+    Faust runs at_least_once, without its per-partition transactions.
+    """
     faust_prefix = f"{settings.app_id}-"
-    return [
-        *member_acls(settings.state_topic, roles, guarded_topics=guarded_topics),
+    acls = [
+        *member_acls(settings.state_topic, roles, guarded_topics=guarded_topics,
+                     fencing=settings.fencing, terms_topic=settings.terms_topic),
         *(Acl("Topic", settings.events_topic, op) for op in ("Read", "Write")),
         Acl("Group", settings.app_id, "Read"),
         *(Acl("Topic", faust_prefix, op, prefixed=True) for op in ("Create", "Read", "Write")),
-        Acl("TransactionalId", faust_prefix, "Write", prefixed=True),
     ]
+    if not settings.term_mode:
+        acls.append(Acl("TransactionalId", faust_prefix, "Write", prefixed=True))
+    return acls
 
 
-def _guarded_topics(settings: Settings) -> list[str]:
-    if not settings.demo:
-        return []
-    from app.demo import DEMO_TOPIC  # imported by app.main already when the demo runs
-
-    return [DEMO_TOPIC]
+def _guarded_topics(ctx: Context) -> list[str]:
+    return sorted({topic for name in ctx.roles for topic in ctx.outputs.get(name, ())})
 
 
 async def check(ctx: Context) -> None:
@@ -60,7 +66,7 @@ async def check(ctx: Context) -> None:
     connection = settings.connection
     try:
         await check_access(settings.bootstrap_servers,
-                           worker_acls(settings, ctx.roles, _guarded_topics(settings)),
+                           worker_acls(settings, ctx.roles, _guarded_topics(ctx)),
                            topic=settings.state_topic, principal=connection.sasl_username,
                            **connection.client_options())
     except KafkaUnavailableError as exc:

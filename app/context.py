@@ -12,6 +12,7 @@ build as many workers as they need.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -79,6 +80,10 @@ class Context:
     cluster: ClusterWatch
     """What the readiness probe learnt of the cluster (on `clock`)."""
     readiness: ReadinessBounds
+    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each role's declared output topics (``installation.role(..., outputs=...)``)."""
+    terms_topic: TopicT | None = None
+    """Term mode's ``__coordination_terms``, folded beside the state topic (None in epoch mode)."""
     metrics: Metrics = field(default_factory=Metrics)
     clock: Clock = field(default_factory=SystemClock)
     feed: EventFeed = field(default_factory=EventFeed)
@@ -89,6 +94,9 @@ class Context:
     """The started transport (None until the role service has connected)."""
     runners: dict[str, LeaderRunner] = field(default_factory=dict)
     """The role service's runner per role (empty until it has connected)."""
+    fold_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by the fold, terms and tick agents around a read, update and write of a
+    role's value (`agents.fold`)."""
 
     @property
     def member(self) -> str:

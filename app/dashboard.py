@@ -116,10 +116,12 @@ function el(tag, text, cls) {
   return node;
 }
 function tokenText(token) {
-  return token ? token.producer_id + ":" + token.producer_epoch : "\u2014";
+  if (!token) return "\u2014";
+  return token.term !== undefined ? "term " + token.term  // a term-mode role
+    : token.producer_id + ":" + token.producer_epoch;
 }
 function sameToken(a, b) {
-  return !!a && !!b && a.producer_id === b.producer_id && a.producer_epoch === b.producer_epoch;
+  return !!a && !!b && tokenText(a) === tokenText(b);
 }
 function clock(ms) {
   return ms ? new Date(ms).toLocaleTimeString() : "\u2014";

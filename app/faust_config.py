@@ -26,7 +26,7 @@ from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
 from coordination.kafka.connection import Connection
 
 __all__ = ["Conflict", "FaustConflictError", "broker_credentials", "check", "conflicts",
-           "faust_options", "faust_variables", "required_options"]
+           "faust_options", "faust_variables", "processing_guarantee", "required_options"]
 
 FIXED = "fixed by the worker"
 
@@ -94,14 +94,28 @@ class Conflict:
                 f"unset {self.variable} or set {source}")
 
 
+def processing_guarantee(settings: Settings) -> str:
+    """Faust's guarantee for the worker's fencing mode (docs/app.md#term-mode).
+
+    Epoch mode: ``exactly_once``, so input is read read_committed (aborted
+    lease writes never reach the table) and each partition's table
+    changelog, events and offsets commit atomically. Term mode:
+    ``at_least_once``, because exactly_once is Faust's transactional
+    producers, one per partition, and term mode is for principals and
+    services without transactions. The fold is idempotent (a record at or
+    below a value's last applied offset changes nothing) and publishes a
+    record's events before it writes the value, so a replay after a crash
+    repeats events rather than losing them.
+    """
+    return "at_least_once" if settings.term_mode else "exactly_once"
+
+
 def required_options(settings: Settings) -> dict[str, Any]:
     """The Faust options every app that hosts the coordination must have
     (`app.install.install` refuses an app without them; docs/app.md)."""
     return {
         "broker": f"kafka://{settings.bootstrap_servers}",
-        # read_committed input; table changelog, events and offsets commit
-        # atomically, so a restart never publishes half a fold.
-        "processing_guarantee": "exactly_once",
+        "processing_guarantee": processing_guarantee(settings),
         # A new group folds the state topic from its start, not from its end.
         "consumer_auto_offset_reset": "earliest",
         # Faust declares the ticks topic and the tables' changelogs.

@@ -1,4 +1,4 @@
-"""Patches for four faust-streaming 0.15.3 bugs, applied when the worker app is
+"""Patches for five faust-streaming 0.15.3 bugs, applied when the worker app is
 built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -39,6 +39,17 @@ transaction")`` crashes the buffer and a worker stopped with SIGTERM exits
 1 (seen in a rolling restart: a worker stopped just as its recovery ended).
 So the commit flushes the buffer first, outside the transaction locks that
 each buffered send takes.
+
+2b. Table writes left out of an at-least-once commit. Without transactions
+(term mode, docs/app.md#term-mode) Faust flushes the producer before it
+commits offsets, but ``ProducerBuffer.flush`` gives up after 0.1 s without
+a send, so on a busy worker a commit can carry the offset of an event whose
+changelog write is still buffered: a worker SIGKILLed then restores a value
+older than its committed offsets, and the records between are never folded
+again (seen on the local broker: a term-mode standby took a partition over
+without the holder's heartbeats and the next term's claim). So
+``Producer.flush`` drains the buffer as the transactional commit does,
+before it waits for the client's own sends.
 
 3. A rebalance during table recovery. ``Recovery._restart_recovery`` waits
 for the active changelogs with ``self._wait(...)``, which raises
@@ -121,6 +132,15 @@ async def _flush_buffer(buffer: Any) -> None:
         await buffer.flush()
 
 
+_original_flush = faust_aiokafka.Producer.flush
+
+
+async def _flush(self: Any) -> None:
+    """``Producer.flush`` that sends every buffered table write first (patch 2b)."""
+    await _flush_buffer(self.buffer)
+    await _original_flush(self)
+
+
 _original_recovery_wait = faust_recovery.Recovery._wait
 
 REBALANCED_DURING_RECOVERY = ("a rebalance started during table recovery: "
@@ -147,6 +167,7 @@ def apply() -> None:
         return
     thread._highwaters = _highwaters  # type: ignore[method-assign]
     faust_aiokafka.Producer.commit_transactions = _commit_transactions  # type: ignore[method-assign]
+    faust_aiokafka.Producer.flush = _flush  # type: ignore[method-assign]
     _patch_recovery(faust.__version__)
     setattr(thread, _APPLIED, True)
 

@@ -17,7 +17,7 @@ names and paths it adds already taken. Everything else is the app's own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,7 @@ class Installation:
     service: service.RoleService
     """The role service: started with the app's services, it stands for the roles."""
     _roles: dict[str, RoleFunction]
+    _outputs: dict[str, tuple[str, ...]]
 
     @property
     def app(self) -> faust.App:
@@ -99,21 +100,41 @@ class Installation:
         """The roles declared on this installation, by name."""
         return self.context.roles
 
-    def role(self, name: str) -> Callable[[RoleFunction], RoleFunction]:
+    @property
+    def outputs(self) -> Mapping[str, tuple[str, ...]]:
+        """Each declared role's output topics (``role(..., outputs=...)``)."""
+        return self.context.outputs
+
+    def role(self, name: str, *, outputs: Iterable[str] = ()
+             ) -> Callable[[RoleFunction], RoleFunction]:
         """Declare `name` a role the worker group elects a leader for::
 
-            @installation.role("acme.billing-scheduler")
+            @installation.role("acme.billing-scheduler", outputs=["invoices"])
             async def schedule(leadership: Leadership) -> None: ...
 
         The function runs on one worker at a time, only while it leads, and is
-        cancelled on a fence or at the fence deadline. Declare roles before the
-        worker starts (at import, as agents are): once it stands for its roles
-        a new one is refused (`LateRoleError`).
+        cancelled on a fence or at the fence deadline. `outputs` are the
+        topics it writes through ``leadership.transaction()``: in term mode
+        (``COORDINATION_FENCING=term``) the only ones it may write, each
+        barriered with the term before the tenure's first record; in epoch
+        mode the topics whose Write ACL the start-up check asks for (the
+        broker fences every topic there). Declare roles before the worker
+        starts (at import, as agents are): once it stands for its roles a new
+        one is refused (`LateRoleError`).
         """
         if self.service.started:
             raise LateRoleError(f"role {name!r} is declared after the worker started standing "
                                 f"for {sorted(self._roles)}; declare it before the app starts")
-        return roles.declare(self._roles, name)
+        declared = roles.check_outputs(name, outputs)
+        self.context.settings.role_options(declared)  # a bad topic name fails here
+        decorate = roles.declare(self._roles, name)
+
+        def declare(fn: RoleFunction) -> RoleFunction:
+            decorate(fn)
+            self._outputs[name] = declared
+            return fn
+
+        return declare
 
 
 def kafka_transport_factory(settings: Settings) -> TransportFactory:
@@ -121,6 +142,7 @@ def kafka_transport_factory(settings: Settings) -> TransportFactory:
     from coordination.kafka import KafkaTransport  # aiokafka clients only when running
 
     return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic,
+                                  terms_topic=settings.terms_topic,
                                   **settings.connection.client_options())
 
 
@@ -142,6 +164,7 @@ def install(
     tables = faust_tables.declare(app, settings.partitions)
     clock = clock or SystemClock()
     declared: dict[str, RoleFunction] = {}
+    outputs: dict[str, tuple[str, ...]] = {}
     ctx = Context(
         settings=settings,
         app=app,
@@ -149,12 +172,15 @@ def install(
         # External topics (deploy/topics.py creates them): Faust must not.
         state_topic=_raw_topic(app, settings.state_topic, settings.partitions),
         events_topic=_raw_topic(app, settings.events_topic or EVENTS_TOPIC, settings.partitions),
+        terms_topic=(_raw_topic(app, settings.terms_topic, settings.partitions)
+                     if settings.term_mode else None),
         # Internal: Faust declares it, co-partitioned with the state topic.
         ticks_topic=_raw_topic(app, f"{settings.app_id}-{TICKS_SUFFIX}", settings.partitions,
                                internal=True, retention=3600.0),
         router=FaustRouter(app, tables.role_state),
         transport_factory=transport_factory or kafka_transport_factory(settings),
         roles=declared,
+        outputs=outputs,
         cluster=ClusterWatch(clock),
         readiness=ReadinessBounds(settings.ready_cluster_timeout, settings.ready_max_fold_lag,
                                   settings.ready_max_busy),
@@ -164,11 +190,12 @@ def install(
         access.install(ctx)
     _export_metrics(ctx)
     fold.install(ctx)
-    _subscribe_events(ctx)
+    if not settings.term_mode:
+        _subscribe_events(ctx)
     _probe_cluster(ctx)
     role_service = service.install(ctx)
     web.install(ctx)
-    installation = Installation(ctx, role_service, declared)
+    installation = Installation(ctx, role_service, declared, outputs)
     setattr(app, _INSTALLED, installation)
     return installation
 
@@ -191,7 +218,7 @@ def _check(app: faust.App, settings: Settings) -> None:
     expected = faust.Settings(settings.app_id, **required, env={})
     wrong = [
         f"- {option} is {_shown(getattr(app.conf, option))}, needs "
-        f"{_shown(getattr(expected, option))}"
+        f"{_shown(getattr(expected, option))}{_why(option, settings)}"
         for option in [*required, *DERIVED]
         if getattr(app.conf, option) != getattr(expected, option)
     ]
@@ -203,6 +230,14 @@ def _check(app: faust.App, settings: Settings) -> None:
         raise AppSettingError(
             f"app {app.conf.id!r} contradicts what the coordination needs "
             "(docs/app.md#using-the-coordination-in-your-own-faust-app):\n" + "\n".join(wrong))
+
+
+def _why(option: str, settings: Settings) -> str:
+    """What a required option follows from, where it follows a setting."""
+    if option == "processing_guarantee":
+        return (f" under COORDINATION_FENCING={settings.fencing} (pass "
+                "processing_guarantee=app.faust_config.processing_guarantee(settings))")
+    return ""
 
 
 def _credentials_mismatch(credentials: Any, connection: Connection) -> str | None:

@@ -22,6 +22,6 @@ if settings.demo:
     # A `from` import: `import app.demo` would bind the name `app` to the package here.
     from app import demo
 
-    installation.role(demo.DEMO_ROLE)(demo.demo)
+    installation.role(demo.DEMO_ROLE, outputs=[demo.DEMO_TOPIC])(demo.demo)
 
 __all__ = ["app", "context", "installation", "settings"]

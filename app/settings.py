@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from coordination import PLACEMENTS, LeadershipOptions, defaults
 from coordination.evaluate import check_placement
 from coordination.kafka.connection import Connection
+from coordination.options import FENCINGS, check_fencing
 
 __all__ = ["VARIABLES", "Settings", "mask"]
 
@@ -58,12 +59,14 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 VARIABLES: Mapping[str, str] = {
     "app_id": "COORDINATION_APP_ID",
     "state_topic": "COORDINATION_STATE_TOPIC",
+    "terms_topic": "COORDINATION_TERMS_TOPIC",
     "events_topic": "COORDINATION_EVENTS_TOPIC",
     "partitions": "COORDINATION_PARTITIONS",
     "lease_duration": "COORDINATION_LEASE_DURATION",
     "renew_interval": "COORDINATION_RENEW_INTERVAL",
     "challenge_stagger": "COORDINATION_CHALLENGE_STAGGER",
     "placement": "COORDINATION_PLACEMENT",
+    "fencing": "COORDINATION_FENCING",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
     "web_bind": "COORDINATION_WEB_BIND",
@@ -123,12 +126,14 @@ class Settings:
     connection: Connection = field(default_factory=Connection)
     app_id: str = "krabka-coordination"
     state_topic: str = defaults.STATE_TOPIC
+    terms_topic: str = defaults.TERMS_TOPIC
     events_topic: str = "coordination-leadership-changes"
     partitions: int = defaults.PARTITIONS
     lease_duration: float = defaults.LEASE_DURATION
     renew_interval: float = defaults.RENEW_INTERVAL
     challenge_stagger: float = defaults.CHALLENGE_STAGGER
     placement: str = defaults.PLACEMENT
+    fencing: str = defaults.FENCING
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
     web_bind: str = "0.0.0.0"
@@ -149,6 +154,9 @@ class Settings:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"COORDINATION_PLACEMENT={self.placement!r} is not one of "
                              f"{', '.join(PLACEMENTS)}")
+        if self.fencing not in FENCINGS:
+            raise ValueError(f"COORDINATION_FENCING={self.fencing!r} is not one of "
+                             f"{', '.join(FENCINGS)} (docs/term-mode.md)")
         # Fail at start-up, not at the first election, on impossible timings.
         self.leadership_options  # noqa: B018  (validates)
         if not 0 < self.web_port < 65536:
@@ -197,10 +205,30 @@ class Settings:
         return f"{socket.gethostname()}:{web_port or self.web_port}"
 
     @property
+    def term_mode(self) -> bool:
+        """Whether this worker's roles are fenced by terms (``COORDINATION_FENCING=term``)."""
+        return self.fencing == "term"
+
+    @property
     def leadership_options(self) -> LeadershipOptions:
-        """The options every role's candidate on this worker runs with."""
+        """The options every role's candidate on this worker runs with (before the
+        role's own declared outputs, `role_options`)."""
         return LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
-                                 self.challenge_stagger, check_placement(self.placement))
+                                 self.challenge_stagger, check_placement(self.placement),
+                                 check_fencing(self.fencing))
+
+    def role_options(self, outputs: Iterable[str] = ()) -> LeadershipOptions:
+        """The options of one role that declared `outputs`.
+
+        In term mode they are the topics its leader may write, each barriered
+        with the term; in epoch mode the broker fences every topic through the
+        role's producer, so they only name the Write ACLs the start-up check
+        asks for (`app.access`).
+        """
+        options = self.leadership_options
+        if not self.term_mode:
+            return options
+        return replace(options, outputs=tuple(outputs))
 
     @property
     def datadir(self) -> Path:

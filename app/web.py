@@ -39,6 +39,7 @@ from coordination import NO_EPOCH, FencingToken, describe_leadership, role_parti
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
 from tables.role_view import detail, merged_state, row, skips_of_values
+from tables.term_view import term_detail, term_fields
 
 __all__ = ["Views", "install", "json_errors"]
 
@@ -147,7 +148,7 @@ class Views:
             value = role_state.decode(raw)
             if owned is not None and value.partition not in owned:
                 continue
-            rows.append(row(value, now_ms))
+            rows.append(self._with_terms(row(value, now_ms), value, now_ms, term_fields))
         return sorted(rows, key=lambda row: row["role"])
 
     def _local_detail(self, role: str, now_ms: int) -> web.Response:
@@ -157,10 +158,20 @@ class Views:
         value = role_state.decode(raw)
         raw_partition = self.ctx.tables.partition_state.get(partition_key(value.partition))
         skipped = None if raw_partition is None else partition_state.decode(raw_partition)
-        body = detail(merged_state(value, skipped), skips_of_values(value, skipped),
-                      value.partition, now_ms, value.last_offset)
+        body = self._with_terms(detail(merged_state(value, skipped),
+                                       skips_of_values(value, skipped), value.partition,
+                                       now_ms, value.last_offset), value, now_ms, term_detail)
         body["served_by"] = str(self.ctx.app.conf.canonical_url)
         return web.json_response(body)
+
+    def _with_terms(self, body: dict[str, Any], value: role_state.RoleValue, now_ms: int,
+                    fields: Callable[[role_state.RoleValue, int, int], dict[str, Any]]
+                    ) -> dict[str, Any]:
+        """`body` with the term-mode fields over the lease's, on a term-mode worker."""
+        settings = self.ctx.settings
+        if not settings.term_mode:
+            return body
+        return {**body, **fields(value, now_ms, settings.leadership_options.lease_ms)}
 
     # --- endpoints -------------------------------------------------------------------
 
@@ -228,6 +239,10 @@ class Views:
                                  _int_param(request, "producer_epoch", 16))
         except BadRequest as exc:
             return error(400, str(exc))
+        if self.ctx.settings.term_mode:
+            return error(400, "this worker runs term mode (COORDINATION_FENCING=term): a role "
+                              "has no producer epoch; compare your term with the term of "
+                              f"GET /roles/{role}/")
         transport = self.ctx.transport
         if transport is None:
             return error(503, "this worker is not connected to the Kafka cluster yet")

@@ -10,8 +10,11 @@ events can repeat after a fence of Faust's own producer, and one source record
 can end one tenure (``lapsed``) and start the next (``elected``).
 
 A term-mode role's ``elected`` and ``resigned`` come from its partition of
-``__coordination_terms`` instead (`term_change_event`): the same fields, the
-token ``{"term": n}``, and the offset of the claim or resign there.
+``__coordination_terms`` instead (`term_change_event`), and its ``lapsed``
+from its holder's silence (`term_lapse`): the same fields, the token
+``{"term": n}``, and the offset of the claim, resign or last sign of life
+there. Events can also repeat after a replay of term mode's at-least-once
+fold in the worker.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from coordination.changes import (
 from coordination.json_forms import token_json
 from coordination.records import Lease
 from coordination.state import RoleState
-from coordination.term_fold import TermChange, TermElected, TermResigned
+from coordination.term_fold import TermChange, TermElected, TermResigned, TermView
 from coordination.token import FencingToken, TermToken, Token
 
 __all__ = ["KINDS", "EventKind", "LeadershipEvent", "change_event", "describe", "lease_event",
-           "term_change_event"]
+           "term_change_event", "term_lapse"]
 
 SCHEMA = 1
 
@@ -151,14 +154,16 @@ def lease_event(
     )
 
 
-def term_change_event(role: str, partition: int, change: TermChange) -> LeadershipEvent:
+def term_change_event(role: str, partition: int, change: TermChange,
+                      rank: int | None = None) -> LeadershipEvent:
     """The event a term-mode change of `role` (`TermFold.apply`) is.
 
     ``elected``: the winning claim's member, term, offset (the tenure, as
     `TermLeadership.tenure` is) and Kafka timestamp (as `granted_at`), and
     the previous term's holder. ``resigned``: the resigned term's, located
-    at the resign. There is no lease, so no `deadline`; the roster is on
-    another topic, with no order shared with this one, so no `rank`.
+    at the resign. There is no lease, so no `deadline`. The roster is on the
+    state topic, with no order shared with this one: `rank` is the member's
+    rank there as the caller last folded it (the worker does), or None.
     """
     claim = change.claim
     token = TermToken(claim.term)
@@ -169,13 +174,33 @@ def term_change_event(role: str, partition: int, change: TermChange) -> Leadersh
                 role, "elected", claim.member, partition, claim.offset, claim.timestamp,
                 token=token, tenure=claim.offset, granted_at=claim.timestamp,
                 previous_holder=None if previous is None else previous.member,
-                previous_token=None if previous is None else TermToken(previous.term))
+                previous_token=None if previous is None else TermToken(previous.term),
+                rank=rank)
         case TermResigned():
             return LeadershipEvent(role, "resigned", claim.member, partition, change.offset,
                                    change.timestamp, token=token, tenure=claim.offset,
-                                   granted_at=claim.timestamp)
+                                   granted_at=claim.timestamp, rank=rank)
         case _:
             assert_never(change)
+
+
+def term_lapse(role: str, partition: int, view: TermView, sign_timestamp: int,
+               timeout_ms: int, rank: int | None = None) -> LeadershipEvent | None:
+    """``lapsed``, located at the holder's last sign of life, when nothing of the
+    holder's followed it for `timeout_ms` (the election timeout): a standby may
+    claim. None for a role never claimed, or resigned.
+
+    Like epoch mode's, a lapse is a judgement of time: the caller decides
+    when the silence has lasted (`deadline` is the sign's timestamp plus the
+    timeout).
+    """
+    claim = view.winner(view.term)
+    if claim is None or view.resigned or view.sign_offset is None:
+        return None
+    return LeadershipEvent(role, "lapsed", claim.member, partition, view.sign_offset,
+                           sign_timestamp, token=TermToken(claim.term), tenure=claim.offset,
+                           granted_at=claim.timestamp, deadline=sign_timestamp + timeout_ms,
+                           rank=rank)
 
 
 def describe(event: Mapping[str, Any]) -> str:

@@ -14,6 +14,13 @@ tenure (`MAX_TENURES`) and the list of recent errors (`MAX_ERRORS`;
 `RoleState.skipped` keeps the full count). The fold agent passes both to
 `RoleFold`.
 
+In term mode (``COORDINATION_FENCING=term``) the value also holds the role's
+`coordination.TermView`, folded from ``__coordination_terms`` by
+`coordination.TermFold` (the election's own rule), with the last terms offset
+applied, the Kafka timestamp of the holder's latest sign of life and whether
+its silence was reported; the terms kept are bounded like the tokens
+(`MAX_TENURES`), since the fold only ever looks up the highest one.
+
 Status (held / lapsed / vacant) is never stored: it depends on the time of the
 read, and a Faust table can only be written while processing an event.
 """
@@ -25,7 +32,8 @@ from typing import Any
 
 import orjson
 
-from coordination import FencingToken, Lease, OutOfOrder, RoleState, RosterEntry
+from coordination import FencingToken, Heartbeat, Lease, OutOfOrder, RoleState, RosterEntry
+from coordination.term_fold import TermClaim, TermView
 
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
 
@@ -54,6 +62,14 @@ class RoleValue:
     partition: int
     lapse_reported: bool = False
     last_offset: int = -1
+    terms: TermView | None = None
+    """The role's term view (None: no record of it on the terms topic folded)."""
+    terms_offset: int = -1
+    """The last terms-topic record folded."""
+    sign_timestamp: int | None = None
+    """The Kafka timestamp of the record at ``terms.sign_offset``."""
+    term_lapse_reported: bool = False
+    """Whether the holder's silence since that sign was reported (``lapsed``)."""
 
 
 def encode(value: RoleValue) -> bytes:
@@ -82,6 +98,12 @@ def encode(value: RoleValue) -> bytes:
             "out_of_order": state.out_of_order,
             "last_out_of_order": _out_of_order_json(state.last_out_of_order),
         },
+        **({} if value.terms is None else {"terms": {
+            **_terms_json(value.terms),
+            "offset": value.terms_offset,
+            "sign_timestamp": value.sign_timestamp,
+            "lapse_reported": value.term_lapse_reported,
+        }}),
     })
 
 
@@ -114,6 +136,7 @@ def decode(data: bytes) -> RoleValue:
             partition=int(obj["partition"]),
             lapse_reported=bool(obj["lapse_reported"]),
             last_offset=int(obj["last_offset"]),
+            **_terms_from(str(state["role"]), obj.get("terms")),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a role_state value: {exc}") from None
@@ -149,3 +172,40 @@ def _lease_from(obj: list[Any] | None) -> Lease | None:
     member, producer_id, producer_epoch, granted_at, deadline = obj
     return Lease(str(member), int(producer_id), int(producer_epoch), int(granted_at),
                  int(deadline))
+
+
+def _terms_json(view: TermView) -> dict[str, Any]:
+    # The latest MAX_TENURES wins: the fold compares a claim with the highest
+    # term only, and a heartbeat with the highest term's winner.
+    kept = sorted(view.winners)[-MAX_TENURES:]
+    heartbeat = view.heartbeat
+    return {
+        "term": view.term,
+        "winners": [[t, view.winners[t].member, view.winners[t].offset,
+                     view.winners[t].timestamp] for t in kept],
+        "heartbeat": None if heartbeat is None else [
+            heartbeat.member, heartbeat.term, heartbeat.sent_at, heartbeat.resigned],
+        "heartbeat_offset": view.heartbeat_offset,
+        "sign_offset": view.sign_offset,
+        "errors": [list(e) for e in view.errors[-MAX_ERRORS:]],
+    }
+
+
+def _terms_from(role: str, obj: dict[str, Any] | None) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    heartbeat = obj["heartbeat"]
+    view = TermView(
+        role,
+        term=int(obj["term"]),
+        winners={int(t): TermClaim(str(m), int(t), int(o), int(ts))
+                 for t, m, o, ts in obj["winners"]},
+        heartbeat=None if heartbeat is None else Heartbeat(
+            str(heartbeat[0]), int(heartbeat[1]), int(heartbeat[2]), bool(heartbeat[3])),
+        heartbeat_offset=_int_or_none(obj["heartbeat_offset"]),
+        sign_offset=_int_or_none(obj["sign_offset"]),
+        errors=[(int(o), str(r)) for o, r in obj["errors"]],
+    )
+    return {"terms": view, "terms_offset": int(obj["offset"]),
+            "sign_timestamp": _int_or_none(obj["sign_timestamp"]),
+            "term_lapse_reported": bool(obj["lapse_reported"])}

@@ -7,7 +7,7 @@ and the session stops it by PID at the end, also when tests fail.
 
 `secure_kafka` is another broker, started the same way by the first test
 that needs it: SASL_SSL with SCRAM users (``admin``, a super user, and the
-ACL-less ``worker`` and ``limited``), TLS from keytool and the
+ACL-less ``worker``, ``limited`` and ``term``), TLS from keytool and the
 StandardAuthorizer (tests/support/secure_cluster.py).
 """
 
@@ -76,6 +76,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureClu
     folder = tmp_path_factory.mktemp("kafka-secure")
     try:
         started = _kafka("up", "--secure", "--user", "worker", "--user", "limited",
+                         "--user", "term",
                          "--dir", str(folder), "--port", str(_free_port()),
                          timeout=START_TIMEOUT)
         if started.returncode != 0:

@@ -41,10 +41,12 @@ from aiokafka.protocol.transaction import (  # type: ignore[import-untyped, unus
     AddPartitionsToTxnRequest,
 )
 
+from coordination.defaults import FENCING, TERMS_TOPIC
 from coordination.errors import CoordinationError
 from coordination.kafka.errors import KafkaUnavailableError, is_outage
 from coordination.kafka.lifecycle import start_bounded, stop_client
 from coordination.kafka.options import ClientOptions
+from coordination.options import check_fencing
 
 __all__ = ["CLUSTER", "PROBE_SUFFIX", "AccessDeniedError", "Acl", "check_access",
            "member_acls"]
@@ -116,18 +118,27 @@ class AccessDeniedError(CoordinationError):
 
 
 def member_acls(topic: str, roles: Iterable[str], *, role_prefix: str | None = None,
-                guarded_topics: Iterable[str] = ()) -> list[Acl]:
+                guarded_topics: Iterable[str] = (), fencing: str = FENCING,
+                terms_topic: str = TERMS_TOPIC) -> list[Acl]:
     """The ACLs a member process needs (docs/guarantees.md#acls-a-member-needs).
 
     `roles` are those it is a candidate for, each its own transactional id,
     or every role under `role_prefix`; `guarded_topics` those it writes in
     guarded transactions. Describe is left out wherever Read or Write grants
     it (Kafka's implied operations): listing it would check nothing more.
+
+    With ``fencing="term"`` the roles need no TransactionalId ACL (claims
+    and heartbeats go to `terms_topic` through a plain idempotent producer,
+    docs/term-mode.md): the terms topic's Read, Write and DescribeConfigs
+    take their place, and `role_prefix` is not asked for.
     """
     acls = [Acl("Topic", topic, op) for op in ("Read", "Write", "DescribeConfigs")]
-    if role_prefix is not None:
-        acls.append(Acl("TransactionalId", role_prefix, "Write", prefixed=True))
-    acls += [Acl("TransactionalId", role, "Write") for role in sorted(set(roles))]
+    if check_fencing(fencing) == "term":
+        acls += [Acl("Topic", terms_topic, op) for op in ("Read", "Write", "DescribeConfigs")]
+    else:
+        if role_prefix is not None:
+            acls.append(Acl("TransactionalId", role_prefix, "Write", prefixed=True))
+        acls += [Acl("TransactionalId", role, "Write") for role in sorted(set(roles))]
     acls += [Acl("Topic", name, "Write") for name in guarded_topics]
     acls.append(Acl("Cluster", CLUSTER, "DescribeConfigs"))
     return acls

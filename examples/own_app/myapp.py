@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any
 
-from app.faust_config import broker_credentials
+from app.faust_config import broker_credentials, processing_guarantee
 from app.install import CoordinationApp, install
 from app.settings import Settings
 from coordination import Leadership
@@ -36,12 +36,13 @@ REPORT_INTERVAL = float(os.environ.get("OWN_APP_REPORT_INTERVAL", "5"))
 settings = Settings.from_env()
 
 app = CoordinationApp(
-    # What install() requires: the settings' app id and cluster, exactly_once.
+    # What install() requires: the settings' app id and cluster, and the
+    # guarantee of the fencing mode (exactly_once; at_least_once in term mode).
     settings.app_id,
     broker=f"kafka://{settings.bootstrap_servers}",
     # TLS and SASL as the settings' connection says (none on a plaintext cluster).
     broker_credentials=broker_credentials(settings.connection),
-    processing_guarantee="exactly_once",
+    processing_guarantee=processing_guarantee(settings),
     # The rest is the app's own choice; this one serves its web pages where
     # the coordination's settings say (one port per local worker).
     web_port=settings.web_port,

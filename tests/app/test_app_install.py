@@ -4,6 +4,7 @@ per installation."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 
@@ -28,6 +29,7 @@ from app.install import (
 from app.settings import Settings
 from coordination import MemoryBroker, MemoryTransport
 from coordination.kafka import Connection
+from tests.support.polling import eventually
 
 SETTINGS = Settings(connection=Connection("k1:9092"), app_id="user-app", partitions=4,
                     state_topic="user-state", events_topic="user-events", member_id="m")
@@ -233,3 +235,91 @@ def test_credentials_on_an_app_whose_settings_are_plaintext_are_refused():
     app = user_app(broker_credentials=faust.SSLCredentials(ssl.create_default_context()))
     with pytest.raises(AppSettingError, match="are SSL, but the connection is PLAINTEXT"):
         memory_install(app)
+
+
+TERM = Settings(connection=Connection("k1:9092"), app_id="user-app", partitions=4,
+                state_topic="user-state", terms_topic="user-terms", events_topic="user-events",
+                member_id="m", fencing="term")
+
+
+def test_a_term_mode_worker_on_an_exactly_once_app_is_refused_naming_the_fencing():
+    # exactly_once is Faust's transactional producers: term mode has none.
+    app = user_app()
+    with pytest.raises(AppSettingError, match=re.escape(
+            "processing_guarantee is 'exactly_once', needs 'at_least_once' under "
+            "COORDINATION_FENCING=term")):
+        memory_install(app, TERM)
+    assert len(app.tables) == 0
+
+
+def test_a_term_mode_worker_folds_the_terms_topic_and_keeps_no_transaction_group():
+    app = user_app(processing_guarantee="at_least_once")
+    ctx = memory_install(app, TERM).context
+    assert ctx.terms_topic is not None
+    assert ctx.terms_topic.get_topic_name() == "user-terms"
+    agents = {agent.name for agent in app.agents.values()}
+    assert "coordination-fold-terms" in agents
+    # The events subscription exists only to put the events topic in the
+    # state topic's transaction group.
+    assert "coordination-events-seen" not in agents
+    epoch = user_app()
+    epoch_ctx = memory_install(epoch).context
+    assert epoch_ctx.terms_topic is None
+    assert "coordination-events-seen" in {agent.name for agent in epoch.agents.values()}
+    assert "coordination-fold-terms" not in {agent.name for agent in epoch.agents.values()}
+
+
+def test_a_role_declares_its_outputs_on_the_installation():
+    installation = memory_install(user_app())
+
+    @installation.role("billing", outputs=["invoices", "audit"])
+    async def billing(leadership):
+        pass
+
+    @installation.role("quiet")
+    async def quiet(leadership):
+        pass
+
+    assert installation.outputs == {"billing": ("invoices", "audit"), "quiet": ()}
+
+
+@pytest.mark.parametrize(("outputs", "message"), [
+    ("invoices", "takes a list of topic names, not the single str 'invoices'"),
+    (["invoices", ""], "an output topic must be a non-empty string, got ''"),
+    (["invoices", "invoices"], "output topic\\(s\\) invoices declared twice"),
+])
+def test_bad_outputs_are_refused_when_the_role_is_declared(outputs, message):
+    installation = memory_install(user_app())
+    with pytest.raises(ValueError, match=message):
+        installation.role("billing", outputs=outputs)
+    assert "billing" not in installation.roles
+
+
+async def test_every_runner_of_a_term_mode_worker_runs_term_mode_with_its_role_s_outputs(
+        monkeypatch):
+    from agents import service
+
+    monkeypatch.setattr(service, "ASSIGNMENT_WAIT", 0)  # no Faust group here
+    installation = memory_install(user_app(processing_guarantee="at_least_once"), TERM)
+
+    @installation.role("billing", outputs=["invoices"])
+    async def billing(leadership):
+        await asyncio.Event().wait()
+
+    @installation.role("quiet")
+    async def quiet(leadership):
+        await asyncio.Event().wait()
+
+    await installation.service.start()
+    try:
+        runners = installation.context.runners
+        async def standing() -> set[str]:
+            return set(runners)
+
+        await eventually(standing, lambda names: names == {"billing", "quiet"}, 5.0)
+        assert runners["billing"].options.fencing == "term"
+        assert runners["billing"].options.outputs == ("invoices",)
+        assert runners["quiet"].options.outputs == ()
+    finally:
+        await installation.service.stop()
+

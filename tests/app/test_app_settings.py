@@ -22,6 +22,8 @@ def test_the_defaults():
     assert settings.datadir == Path("data") / "worker-6066"
     assert settings.demo is False
     assert settings.leadership_options.placement == "registration"
+    assert settings.leadership_options.fencing == "epoch"
+    assert settings.terms_topic == "__coordination_terms"
 
 
 def test_every_variable_is_read():
@@ -31,7 +33,8 @@ def test_every_variable_is_read():
         "COORDINATION_CHALLENGE_STAGGER": "1.5", "COORDINATION_MEMBER_ID": "pod-0",
         "COORDINATION_WEB_PORT": "7000", "COORDINATION_WEB_HOST": "pod-0.svc",
         "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
-        "COORDINATION_PLACEMENT": "balanced",
+        "COORDINATION_PLACEMENT": "balanced", "COORDINATION_FENCING": "term",
+        "COORDINATION_TERMS_TOPIC": "terms",
     })
     assert settings.bootstrap_servers == "k:1"
     assert settings.partitions == 8
@@ -40,6 +43,8 @@ def test_every_variable_is_read():
     assert settings.datadir == Path("/data")
     assert settings.demo is True
     assert settings.leadership_options.placement == "balanced"
+    assert settings.leadership_options.fencing == "term"
+    assert settings.terms_topic == "terms"
 
 
 def test_the_member_id_follows_the_port_the_worker_serves_on():
@@ -54,7 +59,20 @@ def test_the_member_id_follows_the_port_the_worker_serves_on():
     ({"COORDINATION_WEB_PORT": "70000"}, "out of range"),
     ({"COORDINATION_PLACEMENT": "even"},
      "COORDINATION_PLACEMENT='even' is not one of registration, balanced"),
+    ({"COORDINATION_FENCING": "terms"},
+     "COORDINATION_FENCING='terms' is not one of epoch, term"),
 ])
 def test_impossible_settings_fail_at_start_up(env, message):
     with pytest.raises(ValueError, match=message):
         Settings.from_env(env)
+
+
+def test_a_role_s_outputs_reach_its_options_in_term_mode_only():
+    term = Settings.from_env({"COORDINATION_FENCING": "term"})
+    assert term.role_options(["out", "audit"]).outputs == ("out", "audit")
+    assert term.role_options().fencing == "term"
+    epoch = Settings.from_env({})
+    # Epoch mode fences every topic through the role's producer: the outputs
+    # only name Write ACLs for the start-up check.
+    assert epoch.role_options(["out"]).outputs == ()
+    assert epoch.role_options(["out"]).fencing == "epoch"

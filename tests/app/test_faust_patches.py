@@ -111,6 +111,7 @@ def test_the_installed_faust_is_patched():
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
     assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
+    assert faust_aiokafka.Producer.flush is faust_patches._flush
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -168,6 +169,38 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     assert log == ["send table write"] * 3 + ["send offsets", "commit"]
 
 
+class _SlowChannel(_Channel):
+    """A send that takes longer than the 0.1 s Faust's buffer flush waits for one."""
+
+    async def publish_message(self, fut: object, wait: bool = False) -> None:
+        await asyncio.sleep(0.15)  # the buffer is busy sending the one before this
+        await super().publish_message(fut, wait)
+
+
+async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it_returns():
+    """Faust flushes the producer before an at-least-once offset commit; its buffer
+    flush gave up after 0.1 s without a send, so the commit could carry offsets
+    whose table writes were still buffered."""
+    log = _Log()
+    buffer = ProducerBuffer()
+    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    producer = types.SimpleNamespace(buffer=buffer, _producer=None, _transaction_producers={})
+    await buffer.start()
+    try:
+        for _ in range(3):
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_SlowChannel(log))))
+        await faust_patches._flush(producer)
+        log.append("flushed")
+        await asyncio.sleep(0.2)  # the last send, taken from the buffer, ends
+    finally:
+        await buffer.stop()
+    # Every write was taken from the buffer (the last one's send under way)
+    # before the flush went on to the client's own.
+    assert log.index("flushed") >= 2
+    assert log.count("send table write") == 3
+
+
 # --- the private names the patches rely on -------------------------------------------
 
 
@@ -196,6 +229,8 @@ def test_faust_and_aiokafka_still_have_what_the_other_patches_rely_on():
     assert callable(thread._ensure_consumer)
     assert callable(AIOKafkaConsumer.end_offsets)
     producer = faust_aiokafka.Producer
+    assert _parameters(faust_patches._original_flush) == ["self"]
+    assert "self.buffer.flush()" in inspect.getsource(faust_patches._original_flush)
     assert _parameters(producer.commit_transactions) == [
         "self", "tid_to_offset_map", "group_id", "start_new_transaction"]
     assert isinstance(inspect.getattr_static(producer, "_trn_locks"), dict)
