@@ -164,14 +164,16 @@ class HistoryRecord:
 
 
 def encode_record(record: HistoryRecord) -> bytes:
-    """The record as compact JSON bytes with a format version."""
-    return json.dumps(
-        {"v": FORMAT_VERSION, "writer": record.writer, "seq": record.seq,
-         "member": record.member, "role": record.role, "producer_id": record.producer_id,
-         "producer_epoch": record.producer_epoch, "tenure": record.tenure,
-         "term": record.term},
-        separators=(",", ":"),
-    ).encode()
+    """The record as compact JSON bytes with a format version.
+
+    ``term`` is written only in term mode, so epoch-mode records keep their bytes.
+    """
+    fields = {"v": FORMAT_VERSION, "writer": record.writer, "seq": record.seq,
+              "member": record.member, "role": record.role, "producer_id": record.producer_id,
+              "producer_epoch": record.producer_epoch, "tenure": record.tenure}
+    if record.term:
+        fields["term"] = record.term
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def decode_record(value: bytes | None) -> HistoryRecord:

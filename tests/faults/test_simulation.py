@@ -192,11 +192,11 @@ def test_a_frozen_term_leader_that_thaws_reads_the_higher_claim_and_stops():
 
 
 def test_a_zombie_whose_terms_tail_lags_writes_after_the_barrier_and_readers_drop_it():
-    """The leader's consumer of the terms topic lags two leases; frozen, then
-    thawed with its clock behind, it goes on writing under term 1 after the
-    successor's barrier, until its tail shows it the claim of term 2."""
+    """The leader's consumer of the terms topic lags one and a half leases;
+    frozen, then thawed with its clock behind, it goes on writing under term 1
+    after the successor's barrier, until its tail shows it the claim of term 2."""
     sim = Simulation(SimConfig.quiet(fencing="term"))
-    sim.at(0.5, "slow", "@billing", arg=("tail_terms", round(LEASE * 2000)))
+    sim.at(0.5, "slow", "@billing", arg=("tail_terms", round(LEASE * 1500)))
     sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
     report = run(sim)
     assert report.ok, report.describe()
