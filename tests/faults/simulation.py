@@ -53,7 +53,7 @@ at the broker refuses a deposed leader, so the checks are the readers':
   runs `SETTLE_LEASES` more leases, so each zombie gets the chance to wake;
   then `check_term_history` replays each role's output partition through a
   `TermFilter`: no record of a superseded term passes after a newer term's
-  barrier or record, one holder per term, terms only grow, and every
+  barrier or record, one holder per term, terms never go back, and every
   zombie's tenure ended.
 
 ``run_seed(seed)`` runs one seed in a fresh event loop and returns a
