@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 from coordination import (
-    NO_EPOCH,
     TERMS_TOPIC,
     LeaderRunner,
     Leadership,
@@ -137,24 +136,6 @@ def token_fields(leadership: Leadership) -> dict[str, int]:
         return {"term": token.term, "fence_deadline": leadership.fence_deadline}
     return {"producer_id": token.producer_id, "producer_epoch": token.producer_epoch,
             "deadline": leadership.lease.deadline}
-
-
-class TermTenureForHistory:
-    """A term-mode tenure as `HistoryWriter` reads one: with NO_EPOCH's producer fields.
-
-    tests/faults/history.py's records name an epoch token; a term-mode write
-    carries its term in its ``coordination.term`` header, which is what
-    readers judge, and its tenure (the winning claim's offset) in the
-    record. Everything else is the tenure's own.
-    """
-
-    token = NO_EPOCH
-
-    def __init__(self, leadership: Leadership) -> None:
-        self._leadership = leadership
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._leadership, name)
 
 
 async def lead(leadership: Leadership, writer: HistoryWriter, interval: float) -> None:
@@ -244,9 +225,7 @@ async def serve(args: argparse.Namespace) -> int:
                                before_commit=freeze_inside_the_transaction)
 
         async def work(leadership: Leadership) -> None:
-            tenure = (TermTenureForHistory(leadership) if args.fencing == "term"
-                      else leadership)
-            await lead(tenure, writer, args.interval)  # type: ignore[arg-type]
+            await lead(leadership, writer, args.interval)
 
         async with KafkaTransport(args.bootstrap_servers, topic=args.topic,
                                   terms_topic=args.terms_topic) as transport:

@@ -22,9 +22,12 @@ what the fault cost:
 - ``failover_ms``: from the fault to the first commit of a later tenure.
 
 A run with ``fencing="term"`` starts its members in term mode, with the terms
-topic `create_state_and_output_topics` made beside the state topic. The
-history checker knows epoch mode only: a term-mode run is judged by reading
-its output through a `TermFilter` (`FaultRun.term_verdicts`).
+topic `create_state_and_output_topics` made beside the state topic. Its
+output is judged by the history checker's term mode
+(`FaultRun.term_history`: the output with its headers through a
+`TermFilter`, the role's claims, and each tenure the members printed), and
+can be read record by record with a fresh filter's verdicts
+(`FaultRun.term_verdicts`).
 
 Each report is printed as one ``FAULT-REPORT {json}`` line and, when
 ``FAULT_REPORT_FILE`` is set, appended to that file, so
@@ -52,9 +55,18 @@ from coordination import (
     RoleState,
     describe_leadership,
     describe_role_state,
+    role_partition,
 )
 from coordination.kafka import KafkaTransport
-from tests.faults.history import Attempt, HistoryReport, attempts_from_journal, check_history
+from tests.faults.history import (
+    Attempt,
+    HistoryReport,
+    OutputRecord,
+    TermTenure,
+    attempts_from_journal,
+    check_history,
+    check_term_history,
+)
 from tests.support.kafka_io import read_committed, term_filtered, terms_topic_of
 from tests.support.processes import Service
 
@@ -194,6 +206,32 @@ class FaultRun:
     async def term_verdicts(self) -> list[tuple[ConsumerRecord, str]]:
         """Every record of the output partition with a fresh `TermFilter`'s verdict."""
         return await term_filtered(self.bootstrap, self.output)
+
+    async def term_history(self) -> HistoryReport:
+        """A term-mode run's output checked by `check_term_history`, once every member stopped.
+
+        Each ``leading`` event is a tenure; it ended ``fenced`` or
+        ``resigned`` if its member printed so, else with its process
+        (``crashed``: every member has stopped by now).
+        """
+        records = await read_committed(self.bootstrap, self.output)
+        output = [OutputRecord(r.offset, r.value, tuple(r.headers)) for r in records]
+        async with KafkaTransport(self.bootstrap, topic=self.state,
+                                  terms_topic=terms_topic_of(self.state)) as transport:
+            terms = await transport.read_terms(role_partition(self.role, self.partitions))
+        return check_term_history(output, self.attempts(), role=self.role, topic=self.output,
+                                  partition=0, terms=terms.records, tenures=self.term_tenures())
+
+    def term_tenures(self) -> list[TermTenure]:
+        """Every tenure the members printed, with how it ended."""
+        tenures = []
+        for member in self.members:
+            ends = {e["tenure"]: e["event"] for e in member.events
+                    if e["event"] in ("fenced", "resigned")}
+            tenures += [TermTenure(e["member"], e["term"], e["tenure"],
+                                   ends.get(e["tenure"], "crashed"))  # type: ignore[arg-type]
+                        for e in member.events if e["event"] == "leading"]
+        return tenures
 
     def attempts(self) -> list[Attempt]:
         """Every member's attempts, from the journals."""

@@ -24,6 +24,33 @@ every attempt it made:
   (``phantom``), decodes (``malformed``), and one tenure carries one token and
   one token one tenure (``token-conflict``).
 
+In term mode (docs/term-mode.md) the broker refuses nothing: a deposed
+leader's writes are in the log, and readers drop them with a `TermFilter`.
+`check_term_history` replays the partition, headers included, through a
+fresh `TermFilter` (the output topic term-fenced), and checks, with the
+attempts, the role's records of the terms topic and the tenures members
+believed they held:
+
+- no record of a superseded term passes once a barrier or record of a newer
+  term of the role precedes it on the partition (``stale-passed``), and no
+  record of the current term is dropped (``valid-dropped``); the checker
+  keeps its own mark, so a broken filter is caught;
+- every record carries one well-formed term header (``unstamped``), the
+  term its value says it was written under (``stamp-mismatch``), by the
+  member whose claim won that term, in that claim's tenure
+  (``not-the-holder``);
+- at most one tenure holds each term, and it is the fold's winner
+  (``two-holders``); in claim order, terms never go back (``term-regression``);
+- every tenure of a superseded term that was still running when the history
+  ended has ended (``zombie-not-stopped``): a zombie must notice;
+- as in epoch mode: a committed write is in the log exactly once (``lost``,
+  ``duplicate``), and every record is a write someone attempted as written
+  (``phantom``) and decodes (``malformed``). A committed write that readers
+  drop is a zombie's, accepted by the broker (counted, not a violation), and
+  a write that raised `FencedError` may be in the log and pass: the tenure
+  ended while the broker had it, before the newer term's barrier (counted
+  as ``fenced_visible``).
+
 It works on plain data, so the simulation, the benchmarks and the real-process
 fault tests share it: a writer in another process keeps an attempt journal
 (JSON lines, `HistoryWriter(journal=...)`), which `attempts_from_journal`
@@ -33,23 +60,44 @@ turns back into attempts; an attempt that started but never logged its end
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Literal
 
-from coordination import Clock, FencedError, Leadership, SystemClock
+from coordination import (
+    NO_EPOCH,
+    TERM_HEADER,
+    Clock,
+    FencedError,
+    FormatError,
+    Leadership,
+    SystemClock,
+    TermFilter,
+    TermStamp,
+    TermToken,
+    decode_barrier,
+    decode_term_header,
+)
+from coordination.state import Record
+from coordination.term_fold import TermView, build_term_view
 
 __all__ = [
+    "TERM_VIOLATION_KINDS",
     "VIOLATION_KINDS",
     "Attempt",
     "HistoryRecord",
     "HistoryReport",
     "HistoryWriter",
     "Outcome",
+    "OutputRecord",
+    "TenureEnd",
+    "TermTenure",
     "Violation",
     "attempts_from_journal",
     "check_history",
+    "check_term_history",
     "decode_record",
     "encode_record",
 ]
@@ -67,6 +115,21 @@ VIOLATION_KINDS = (
     "token-conflict",
 )
 
+TERM_VIOLATION_KINDS = (
+    "stale-passed",
+    "valid-dropped",
+    "unstamped",
+    "stamp-mismatch",
+    "not-the-holder",
+    "two-holders",
+    "term-regression",
+    "zombie-not-stopped",
+    "lost",
+    "duplicate",
+    "phantom",
+    "malformed",
+)
+
 FORMAT_VERSION = 1
 
 
@@ -76,7 +139,8 @@ class HistoryRecord:
 
     `writer` names one writing process for one role (e.g. ``"m1.2/billing"``:
     member m1, its second incarnation); `seq` counts that writer's attempts
-    from 1. ``(writer, seq)`` identifies a write.
+    from 1. ``(writer, seq)`` identifies a write. In term mode the token is
+    `term` and the producer fields are -1; in epoch mode `term` is 0.
     """
 
     writer: str
@@ -86,6 +150,7 @@ class HistoryRecord:
     producer_id: int
     producer_epoch: int
     tenure: int
+    term: int = 0
 
     @property
     def write_id(self) -> tuple[str, int]:
@@ -99,13 +164,16 @@ class HistoryRecord:
 
 
 def encode_record(record: HistoryRecord) -> bytes:
-    """The record as compact JSON bytes with a format version."""
-    return json.dumps(
-        {"v": FORMAT_VERSION, "writer": record.writer, "seq": record.seq,
-         "member": record.member, "role": record.role, "producer_id": record.producer_id,
-         "producer_epoch": record.producer_epoch, "tenure": record.tenure},
-        separators=(",", ":"),
-    ).encode()
+    """The record as compact JSON bytes with a format version.
+
+    ``term`` is written only in term mode, so epoch-mode records keep their bytes.
+    """
+    fields = {"v": FORMAT_VERSION, "writer": record.writer, "seq": record.seq,
+              "member": record.member, "role": record.role, "producer_id": record.producer_id,
+              "producer_epoch": record.producer_epoch, "tenure": record.tenure}
+    if record.term:
+        fields["term"] = record.term
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def decode_record(value: bytes | None) -> HistoryRecord:
@@ -125,7 +193,7 @@ def decode_record(value: bytes | None) -> HistoryRecord:
     for name in ("writer", "member", "role"):
         if not isinstance(getattr(record, name), str):
             raise ValueError(f"{name} is not a string")
-    for name in ("seq", "producer_id", "producer_epoch", "tenure"):
+    for name in ("seq", "producer_id", "producer_epoch", "tenure", "term"):
         value_ = getattr(record, name)
         if not isinstance(value_, int) or isinstance(value_, bool):
             raise ValueError(f"{name} is not an integer")
@@ -224,8 +292,13 @@ class HistoryWriter:
         """
         self._seq += 1
         token = leadership.token
-        record = HistoryRecord(self.writer, self._seq, leadership.member, leadership.role,
-                               token.producer_id, token.producer_epoch, leadership.tenure)
+        if isinstance(token, TermToken):
+            record = HistoryRecord(self.writer, self._seq, leadership.member, leadership.role,
+                                   NO_EPOCH.producer_id, NO_EPOCH.producer_epoch,
+                                   leadership.tenure, token.term)
+        else:
+            record = HistoryRecord(self.writer, self._seq, leadership.member, leadership.role,
+                                   token.producer_id, token.producer_epoch, leadership.tenure)
         started = self._clock.now_ms()
         self._log_start(record, started)
         outcome: Outcome = "unknown"
@@ -275,8 +348,15 @@ class HistoryReport:
     """The checker's findings: counts for a table, and every violation.
 
     `lost` must be 0 and `violations` empty for a correct system; an unknown
-    outcome may be visible (`unknown_visible`) or not.
+    outcome may be visible (`unknown_visible`) or not. In term mode
+    (`fencing` ``"term"``) `visible` counts what a `TermFilter` delivers,
+    `dropped` the role's data records it dropped (`dropped_committed` of them
+    committed: zombie writes the broker accepted), `fenced_visible` the
+    writes that raised `FencedError` and pass, and `barriers` the role's
+    barriers on the partition.
     """
+
+    fencing: str = "epoch"
 
     attempted: int = 0
     committed: int = 0
@@ -287,6 +367,10 @@ class HistoryReport:
     tenures: int = 0
     lost: int = 0
     duplicates: int = 0
+    dropped: int = 0
+    dropped_committed: int = 0
+    fenced_visible: int = 0
+    barriers: int = 0
     violations: list[Violation] = field(default_factory=list)
 
     @property
@@ -300,10 +384,14 @@ class HistoryReport:
 
     def summary(self) -> str:
         """One line of counts."""
-        return (f"attempted={self.attempted} committed={self.committed} fenced={self.fenced} "
+        line = (f"attempted={self.attempted} committed={self.committed} fenced={self.fenced} "
                 f"unknown={self.unknown} (visible {self.unknown_visible}) "
                 f"visible={self.visible} tenures={self.tenures} lost={self.lost} "
                 f"duplicates={self.duplicates} violations={len(self.violations)}")
+        if self.fencing == "term":
+            line += (f" dropped={self.dropped} (committed {self.dropped_committed}) "
+                     f"fenced_visible={self.fenced_visible} barriers={self.barriers}")
+        return line
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -323,14 +411,7 @@ def check_history(
     Two attempts with one ``(writer, seq)`` are a broken harness: `ValueError`.
     """
     report = HistoryReport()
-    by_id: dict[tuple[str, int], Attempt] = {}
-    for attempt in attempts:
-        if attempt.write_id in by_id:
-            raise ValueError(f"two attempts are logged as write {attempt.write_id}")
-        by_id[attempt.write_id] = attempt
-        report.attempted += 1
-        setattr(report, attempt.outcome, getattr(report, attempt.outcome) + 1)
-
+    by_id = _tally(report, attempts)
     offsets_of: dict[tuple[str, int], list[int]] = {}
     latest: tuple[int, int] | None = None  # (tenure, offset of its first record)
     token_of: dict[int, tuple[int, int]] = {}
@@ -362,13 +443,7 @@ def check_history(
             ))
     report.tenures = len(token_of)
 
-    for write_id, offsets in offsets_of.items():
-        if len(offsets) > 1:
-            report.duplicates += 1
-            report.violations.append(Violation(
-                "duplicate", f"write {write_id} is visible {len(offsets)} times, at {offsets}",
-                offsets[1],
-            ))
+    _check_duplicates(report, offsets_of)
     for write_id, attempt in by_id.items():
         seen = offsets_of.get(write_id, [])
         if attempt.outcome == "committed" and not seen:
@@ -384,6 +459,28 @@ def check_history(
         elif attempt.outcome == "unknown" and seen:
             report.unknown_visible += 1
     return report
+
+
+def _tally(report: HistoryReport, attempts: Iterable[Attempt]) -> dict[tuple[str, int], Attempt]:
+    """Count the attempts by outcome; index them by write id (one attempt per write)."""
+    by_id: dict[tuple[str, int], Attempt] = {}
+    for attempt in attempts:
+        if attempt.write_id in by_id:
+            raise ValueError(f"two attempts are logged as write {attempt.write_id}")
+        by_id[attempt.write_id] = attempt
+        report.attempted += 1
+        setattr(report, attempt.outcome, getattr(report, attempt.outcome) + 1)
+    return by_id
+
+
+def _check_duplicates(report: HistoryReport, offsets_of: dict[tuple[str, int], list[int]]) -> None:
+    for write_id, offsets in offsets_of.items():
+        if len(offsets) > 1:
+            report.duplicates += 1
+            report.violations.append(Violation(
+                "duplicate", f"write {write_id} is visible {len(offsets)} times, at {offsets}",
+                offsets[1],
+            ))
 
 
 def _check_token(
@@ -407,3 +504,189 @@ def _check_token(
             f"token {record.token} carries tenure {record.tenure} and tenure {tenure}",
             offset,
         ))
+
+
+# Term mode.
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """One record of an output partition as a plain consumer reads it, headers included."""
+
+    offset: int
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+TenureEnd = Literal["fenced", "resigned", "crashed", "paused", "running", "error"]
+"""How a term-mode tenure stood when the history ended: ended by `FencedError`
+(a higher claim or its fence deadline), resigned, its process dead, its
+process stopped (a zombie that cannot act), still leading in a running
+process, or ended by another error."""
+
+
+@dataclass(frozen=True, slots=True)
+class TermTenure:
+    """A tenure a member believed it held: its term and its winning claim's offset."""
+
+    member: str
+    term: int
+    tenure: int
+    end: TenureEnd
+    detail: str = ""
+
+
+def _term_stamp(headers: Iterable[tuple[str, bytes | None]]) -> TermStamp | str:
+    """The record's one term header, or why it has none that counts."""
+    stamps = [value for name, value in headers if name == TERM_HEADER]
+    if len(stamps) != 1:
+        return f"{len(stamps)} term headers"
+    if stamps[0] is None:
+        return "a null term header"
+    try:
+        return decode_term_header(stamps[0])
+    except FormatError as exc:
+        return str(exc)
+
+
+def check_term_history(
+    output: Iterable[OutputRecord],
+    attempts: Iterable[Attempt],
+    *,
+    role: str,
+    topic: str,
+    partition: int,
+    terms: Iterable[Record],
+    tenures: Iterable[TermTenure] = (),
+    reader: TermFilter | None = None,
+) -> HistoryReport:
+    """Check a term-mode role's output partition as a filtering reader sees it.
+
+    `output` is every record of `topic`'s `partition` (any order; sorted by
+    offset), other roles' barriers included; `attempts` every attempt of the
+    role's writers; `terms` the role's partition of the terms topic (claims
+    decide who won each term); `tenures` every tenure members believed they
+    held. `reader` replaces the fresh ``TermFilter(fenced_topics=[topic])``
+    the partition is replayed through (a test plants a broken one).
+    """
+    report = HistoryReport(fencing="term")
+    by_id = _tally(report, attempts)
+    won = build_term_view(role, terms)
+    reader = reader if reader is not None else TermFilter(fenced_topics=[topic])
+    highest = 0  # the role's highest term stamped so far on the partition
+    in_log: dict[tuple[str, int], list[int]] = {}
+    delivered: set[tuple[str, int]] = set()
+    written_terms: set[int] = set()
+    for record in sorted(output, key=lambda r: r.offset):
+        offset = record.offset
+        verdict = reader.admit(topic, partition, record.headers)
+        stamp = _term_stamp(record.headers)
+        if isinstance(stamp, str):
+            report.violations.append(Violation(
+                "unstamped", f"no one valid term header ({stamp}); the reader said {verdict}",
+                offset))
+            continue
+        if stamp.role != role:
+            continue  # another role's barrier: every leader barriers every partition
+        superseded = stamp.term < highest
+        if superseded and verdict != "drop":
+            report.violations.append(Violation(
+                "stale-passed",
+                f"a record of term {stamp.term} passed after one of term {highest}", offset))
+        elif not superseded and verdict == "drop":
+            report.violations.append(Violation(
+                "valid-dropped", f"a record of term {stamp.term}, the highest yet, was dropped",
+                offset))
+        highest = max(highest, stamp.term)
+        winner = won.winner(stamp.term)
+        if stamp.barrier:
+            report.barriers += 1
+            _check_barrier(report, record, stamp, winner.member if winner else None)
+            continue
+        try:
+            written = decode_record(record.value)
+        except ValueError as exc:
+            report.violations.append(Violation("malformed", str(exc), offset))
+            continue
+        in_log.setdefault(written.write_id, []).append(offset)
+        written_terms.add(stamp.term)
+        if written.term != stamp.term:
+            report.violations.append(Violation(
+                "stamp-mismatch", f"write {written.write_id} of term {written.term} is "
+                f"stamped with term {stamp.term}", offset))
+        if winner is None or (written.member, written.tenure) != (winner.member, winner.offset):
+            holder = ("no claim won it" if winner is None
+                      else f"{winner.member}'s claim at offset {winner.offset} won it")
+            report.violations.append(Violation(
+                "not-the-holder", f"write {written.write_id} of {written.member} (tenure "
+                f"{written.tenure}) is stamped with term {stamp.term}, but {holder}", offset))
+        attempted = by_id.get(written.write_id)
+        if attempted is None or attempted.record != written:
+            report.violations.append(Violation(
+                "phantom", f"write {written.write_id} is in the log but was never attempted "
+                f"as {written}", offset))
+        if verdict == "pass":
+            report.visible += 1
+            delivered.add(written.write_id)
+        else:
+            report.dropped += 1
+    report.tenures = len(written_terms)
+    _check_duplicates(report, in_log)
+    for write_id, attempt in by_id.items():
+        if attempt.outcome == "committed" and write_id not in in_log:
+            report.lost += 1
+            report.violations.append(Violation(
+                "lost", f"write {write_id} committed but is not in the log"))
+        elif attempt.outcome == "committed" and write_id not in delivered:
+            report.dropped_committed += 1
+        elif attempt.outcome == "fenced" and write_id in delivered:
+            report.fenced_visible += 1
+        elif attempt.outcome == "unknown" and write_id in delivered:
+            report.unknown_visible += 1
+    _check_tenures(report, list(tenures), won)
+    return report
+
+
+def _check_barrier(report: HistoryReport, record: OutputRecord, stamp: TermStamp,
+                   holder: str | None) -> None:
+    try:
+        barrier = decode_barrier(record.value or b"")
+    except FormatError as exc:
+        report.violations.append(Violation("malformed", f"a barrier: {exc}", record.offset))
+        return
+    if barrier.term != stamp.term:
+        report.violations.append(Violation(
+            "stamp-mismatch", f"a barrier of term {barrier.term} is stamped with term "
+            f"{stamp.term}", record.offset))
+    if barrier.member != holder:
+        report.violations.append(Violation(
+            "not-the-holder", f"a barrier of term {stamp.term} by {barrier.member}, but "
+            f"{holder or 'no member'} won that term", record.offset))
+
+
+def _check_tenures(report: HistoryReport, tenures: list[TermTenure], won: TermView) -> None:
+    """One holder per term, the fold's winner; terms grow in claim order; zombies stop."""
+    held: dict[int, set[tuple[str, int]]] = {}
+    for tenure in tenures:
+        held.setdefault(tenure.term, set()).add((tenure.member, tenure.tenure))
+        winner = won.winner(tenure.term)
+        if winner is None or (tenure.member, tenure.tenure) != (winner.member, winner.offset):
+            holder = ("no claim won it" if winner is None
+                      else f"{winner.member}'s claim at offset {winner.offset} won it")
+            report.violations.append(Violation(
+                "two-holders", f"{tenure.member} (tenure {tenure.tenure}) believed it held term "
+                f"{tenure.term}, but {holder}"))
+        if tenure.term < won.term and tenure.end == "running":
+            report.violations.append(Violation(
+                "zombie-not-stopped", f"{tenure.member}'s tenure of term {tenure.term} still "
+                f"ran at the end, although term {won.term} was claimed"))
+    for term, holders in sorted(held.items()):
+        if len(holders) > 1:
+            report.violations.append(Violation(
+                "two-holders", f"term {term} was held by {sorted(holders)}"))
+    ordered = sorted({(t.tenure, t.term) for t in tenures})
+    for (_, before), (offset, after) in itertools.pairwise(ordered):
+        if after < before:  # an equal term is two holders of it, reported above
+            report.violations.append(Violation(
+                "term-regression", f"the tenure claimed at offset {offset} holds term {after}, "
+                f"below the earlier tenure's term {before}"))

@@ -35,6 +35,27 @@ Backoff after lost challenges is at most 8 leases, and a member's clock
 stepped back by a frozen pause is at most 3 leases behind, so a healthy
 protocol always elects within that window.
 
+**Term mode** (``fencing="term"``, `run_seed(seed, fencing="term")`,
+``--fencing term``) runs the same seeds, members and faults with term
+fencing (docs/term-mode.md): every member declares the output topic
+(``outputs=``) and its writes go through `Leadership.transaction()`,
+stamped with its term after a barrier on every output partition. Nothing
+at the broker refuses a deposed leader, so the checks are the readers':
+
+- per step, for each role: at most one live `Leadership` holds the highest
+  term of the role's terms partition, and it is that term's winning claim
+  (member and tenure); the highest term and its winner never change
+  backwards, compaction of the terms topic included; a live leadership of a
+  superseded term (a zombie) whose process runs must notice within
+  `ZOMBIE_LEASES` leases of running time (its tenure ends): at worst the
+  tail read in flight and the next one, each delayed up to a lease;
+- after the run, faults stop, every paused process resumes and the cluster
+  runs `SETTLE_LEASES` more leases, so each zombie gets the chance to wake;
+  then `check_term_history` replays each role's output partition through a
+  `TermFilter`: no record of a superseded term passes after a newer term's
+  barrier or record, one holder per term, terms never go back, and every
+  zombie's tenure ended.
+
 ``run_seed(seed)`` runs one seed in a fresh event loop and returns a
 `SimReport`; its ``describe()`` starts with the command that replays it.
 """
@@ -54,6 +75,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from coordination import (
+    TERMS_TOPIC,
     EpochLostError,
     FencedError,
     FencingToken,
@@ -66,17 +88,32 @@ from coordination import (
     MemoryTransport,
     RunnerObserver,
     TenureStop,
+    TermKind,
+    TermLeadership,
     decode_key,
     decode_lease,
+    decode_term_key,
     role_partition,
 )
 from coordination.memory import MAX_EPOCH
-from tests.faults.history import HistoryReport, HistoryWriter, check_history
+from coordination.options import Fencing
+from coordination.term_fold import TermFold, TermView, build_term_view
+from tests.faults.history import (
+    HistoryReport,
+    HistoryWriter,
+    OutputRecord,
+    TenureEnd,
+    TermTenure,
+    check_history,
+    check_term_history,
+)
 from tests.support.sim import STATE, FaultyTransport, MemberClock, ProcessCrashed, quiesce
 
 OUTPUT = "history"
 ROLE_NAMES = ("billing", "reports", "ledger")
 LIVELOCK_LEASES = 20
+ZOMBIE_LEASES = 3
+SETTLE_LEASES = 3
 REPLAY = "python -m tests.faults.simulation --seed {seed} --leases {leases}"
 
 
@@ -101,10 +138,12 @@ class SimConfig:
     write_interval_ms: int
     cleaner_gap: float | None
     duration: float
+    fencing: Fencing = "epoch"
 
     @classmethod
-    def from_seed(cls, seed: int, *, duration_leases: int = 24) -> SimConfig:
-        """Draw a cluster from `seed`."""
+    def from_seed(cls, seed: int, *, duration_leases: int = 24,
+                  fencing: Fencing = "epoch") -> SimConfig:
+        """Draw a cluster from `seed`; term mode draws the same, without epoch exhaustion."""
         rng = random.Random(seed)
         members = tuple(f"m{i}" for i in range(1, rng.randint(3, 6) + 1))
         roles = ROLE_NAMES[: rng.randint(1, 3)]
@@ -114,7 +153,7 @@ class SimConfig:
             candidates[role] = tuple(m for m in members if m in chosen)
         lease = rng.choice((3.0, 6.0))
         skew_max = rng.choice((0, 0, 2000, 5000))
-        return cls(
+        config = cls(
             seed=seed,
             members=members,
             roles=roles,
@@ -135,6 +174,9 @@ class SimConfig:
             cleaner_gap=lease * rng.choice((0.5, 1.0, 3.0)),
             duration=lease * duration_leases,
         )
+        if fencing == "term":  # no producer epochs to exhaust
+            config = dataclasses.replace(config, near_exhaustion={}, fencing="term")
+        return config
 
     @classmethod
     def quiet(cls, members: tuple[str, ...] = ("m1", "m2"), roles: tuple[str, ...] = ("billing",),
@@ -167,7 +209,7 @@ class SimConfig:
             f"max={self.delay_max_ms}ms fault_gap={_seconds(self.fault_gap)} "
             f"producer_ids={self.producer_ids} near_exhaustion={self.near_exhaustion} "
             f"write_interval={self.write_interval_ms}ms cleaner_gap={_seconds(self.cleaner_gap)} "
-            f"duration={self.duration}s"
+            f"duration={self.duration}s fencing={self.fencing}"
         )
 
 
@@ -197,6 +239,8 @@ class SimReport:
     delayed_calls: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     write_errors: Counter[str] = field(default_factory=Counter)
+    zombies: int = 0
+    longest_zombie_ms: int = 0
     trace: list[str] = field(default_factory=list)
 
     @property
@@ -221,7 +265,8 @@ class SimReport:
         if self.seed < 0:
             return "a scripted scenario: run its test again"
         leases = round(self.config.duration / self.config.lease)
-        return REPLAY.format(seed=self.seed, leases=leases)
+        command = REPLAY.format(seed=self.seed, leases=leases)
+        return command + " --fencing term" if self.config.fencing == "term" else command
 
     def describe(self, trace_lines: int = 40) -> str:
         """The replay command, the configuration, the figures and what went wrong.
@@ -238,7 +283,9 @@ class SimReport:
             f"simultaneous_challenges={self.simultaneous_challenges} "
             f"delayed_calls={self.delayed_calls} faults={dict(self.faults)} "
             f"fenced_by_broker={dict(self.fenced_by_broker)} "
-            f"write_errors={dict(self.write_errors)}",
+            f"write_errors={dict(self.write_errors)}"
+            + (f" zombies={self.zombies} longest_zombie={self.longest_zombie_ms}ms"
+               if self.config.fencing == "term" else ""),
         ]
         for role, history in self.histories.items():
             lines.append(
@@ -317,21 +364,35 @@ def _producer_ids(kind: str, rng: random.Random) -> Iterator[int]:
 
 
 class Simulation:
-    """One seeded run. `broker_factory` lets a test plant a broken broker."""
+    """One seeded run. `broker_factory` and `transport_factory` let a test plant a
+    broken broker or client."""
 
     def __init__(
         self,
         config: SimConfig,
         *,
         broker_factory: Callable[..., MemoryBroker] = MemoryBroker,
+        transport_factory: Callable[..., MemoryTransport] = MemoryTransport,
     ) -> None:
         self.config = config
+        self.transport_factory = transport_factory
         self.rng = random.Random(f"{config.seed}:faults")
         self.clock = ManualClock()
         self.broker = broker_factory(
             clock=self.clock, producer_ids=_producer_ids(config.producer_ids, self.rng))
         self.broker.create_topic(STATE, config.partitions)
         self.broker.create_topic(OUTPUT, len(config.roles), compacted=False)
+        self.term_mode = config.fencing == "term"
+        if self.term_mode:
+            self.broker.create_topic(TERMS_TOPIC, config.partitions)
+        self.settling = False
+        self.term_seen: dict[str, tuple[int, str | None, int | None]] = {
+            role: (0, None, None) for role in config.roles}
+        self.term_folds: dict[str, TermFold] = {}
+        self.term_folded: dict[str, int] = {}
+        self.zombie_ms: dict[Leadership, int] = {}
+        """Running time of each live tenure of a superseded term, so far."""
+        self.term_tenures: dict[str, list[TermTenure]] = {role: [] for role in config.roles}
         self.report = SimReport(config.seed, config)
         self.processes: dict[str, _Process] = {}
         self.incarnations: Counter[str] = Counter()
@@ -369,8 +430,10 @@ class Simulation:
         return report
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        where = context.get("future")
         self.report.errors.append(
-            f"event loop: {context.get('message')}: {context.get('exception')!r}")
+            f"event loop: {context.get('message')}: {context.get('exception')!r}"
+            + (f" in {where.get_coro().__qualname__}" if isinstance(where, asyncio.Task) else ""))
 
     async def _run(self) -> SimReport:
         config = self.config
@@ -386,6 +449,21 @@ class Simulation:
             self._schedule(self._next_fault_at(), "fault")
         if config.cleaner_gap is not None:
             self._schedule(self._next_cleaning_at(), "clean")
+        await self._run_until(self.end_ms)
+        if self.term_mode:
+            self._settle()
+            await self._run_until(self.end_ms + SETTLE_LEASES * config.lease_ms)
+            for _ in range(SETTLE_LEASES):  # a zombie made late gets its time to notice
+                if not self._young_zombies():
+                    break
+                await self._run_until(self.clock.now_ms() + config.lease_ms)
+            self._record_term_tenures()
+        await self._shut_down()
+        self._check_histories()
+        return self.report
+
+    async def _run_until(self, end_ms: int) -> None:
+        """Fire the events due and move the clock, step by step, up to `end_ms`."""
         while True:
             await quiesce()
             self._observe()
@@ -395,24 +473,37 @@ class Simulation:
                 await quiesce()
                 self._observe()
             now = self.clock.now_ms()
-            if now >= self.end_ms:
-                break
-            target = min(self.end_ms, now + config.lease_ms,
-                         self.events[0][0] if self.events else self.end_ms)
+            if now >= end_ms:
+                return
+            target = min(end_ms, now + self.config.lease_ms,
+                         self.events[0][0] if self.events else end_ms)
             wake = self.clock.next_wake_ms
             if wake is not None:
                 target = min(target, wake)
             self.clock.advance_ms(max(1, target - now))
             self.broker.expire_transactions()  # the coordinator's abort timer
             self.report.steps += 1
-        await self._shut_down()
-        self._check_histories()
-        return self.report
+
+    def _settle(self) -> None:
+        """End the faults and wake every paused process now, as it was to wake.
+
+        A zombie still paused at the end could not show whether it notices
+        the higher term; after this, every tenure of a superseded term in a
+        live process must end within the settling leases.
+        """
+        self.settling = True
+        now = self.clock.now_ms()
+        kept = [(now if kind in ("resume", "thaw") else at, order, kind, member, arg)
+                for at, order, kind, member, arg in self.events
+                if kind in ("resume", "thaw", "ntp")]
+        heapq.heapify(kept)
+        self.events = kept
+        self._trace("faults end; paused processes resume")
 
     def _start(self, member: str) -> None:
         self.incarnations[member] += 1
         clock = MemberClock(self.clock, self.config.skew_ms[member])
-        transport = FaultyTransport(MemoryTransport(self.broker, clock=clock), clock,
+        transport = FaultyTransport(self.transport_factory(self.broker, clock=clock), clock,
                                     self._delays(random.Random(self.rng.getrandbits(64))))
         process = _Process(member, self.incarnations[member], clock, transport)
         process.running_since = self.clock.now_ms()
@@ -453,8 +544,9 @@ class Simulation:
                 interval = config.write_interval_ms
                 await process.clock.sleep_until(process.clock.now_ms() + interval)
 
-        options = LeadershipOptions(config.partitions, config.lease, config.renew,
-                                    config.stagger[role])
+        options = LeadershipOptions(
+            config.partitions, config.lease, config.renew, config.stagger[role],
+            fencing=config.fencing, outputs=(OUTPUT,) if self.term_mode else ())
         runner = LeaderRunner(process.transport, role, process.member, work, options=options,
                               clock=process.clock, observer=_SimObserver(self, process),
                               stop_timeout=config.lease, retry_interval=config.renew,
@@ -470,7 +562,9 @@ class Simulation:
         `member` ``"@role"`` names whoever leads the role then. Kinds:
         ``crash`` (`arg`: restart after that many ms, or never),
         ``pause`` / ``freeze`` (`arg`: for that many ms; a frozen clock stops
-        too), ``resign`` (`arg`: ``(role, deregister)``).
+        too), ``resign`` (`arg`: ``(role, deregister)``), ``slow`` (`arg`:
+        ``(call, ms)``: from now on, every answer to the process's `call`
+        arrives that many ms late, e.g. ``"tail_terms"``, a lagging consumer).
         """
         self._schedule(self.start_ms + round(seconds * 1000), kind, member, arg)
 
@@ -498,6 +592,9 @@ class Simulation:
         elif kind == "clean":
             self.report.faults["compaction"] += 1
             self.broker.compact(STATE)
+            if self.term_mode:  # every claim must survive it: terms never restart
+                self.broker.compact(TERMS_TOPIC)
+                self._check_compacted_terms()
             self._schedule(self._next_cleaning_at(), "clean")
         elif process is None:
             raise ValueError(f"no member {member!r} for {kind}")
@@ -532,6 +629,13 @@ class Simulation:
         elif kind == "ntp" and not process.dead:
             self._trace(f"{process} clock stepped back to its skew")
             process.clock.set_offset(self.config.skew_ms[member])
+        elif kind == "slow" and not process.dead:
+            assert isinstance(arg, tuple)
+            call, late_ms = arg
+            self._trace(f"{process}: every {call} answer now arrives {late_ms}ms late")
+            delay = process.transport.delay
+            process.transport.delay = lambda name: (
+                (0, late_ms) if name == call else delay(name) if delay else (0, 0))
         elif kind == "resign" and process.running:
             assert isinstance(arg, tuple)
             role, deregister = arg
@@ -602,6 +706,11 @@ class Simulation:
         now = self.clock.now_ms()
         elapsed, self.last_observed = now - self.last_observed, now
         for role in self.config.roles:
+            if self.term_mode:
+                led = self._observe_term(role, now, elapsed)
+                if not self.settling:
+                    self._account_leader(role, now, elapsed, led)
+                continue
             current = self.broker.describe(role).token
             self._track_token(role, now, current)
             held = self.leaderships[role]
@@ -619,6 +728,103 @@ class Simulation:
                         f"has tenure {holders[0][1].tenure}, but tenure {newest} exists")
             self._account_leader(role, now, elapsed,
                                  any(p.running for p, _ in holders))
+
+    def _observe_term(self, role: str, now: int, elapsed: int) -> bool:
+        """Term mode's per-step invariants for `role`; whether a running process leads it."""
+        at = f"{role} at t={now - self.start_ms}ms"
+        view = self._term_view(role)
+        self._track_term(role, at, view)
+        live = [(p, lead) for p, lead in self.leaderships[role] if not lead.done.done()]
+        holders = [(p, lead) for p, lead in live if _term(lead) == view.term]
+        if len(holders) > 1:
+            self.report.invariant_violations.append(
+                f"{at}: {len(holders)} live leaderships hold the highest term {view.term}: "
+                f"{[str(p) for p, _ in holders]}")
+        winner = view.winner(view.term)
+        for process, lead in holders:
+            if winner is None or (process.member, lead.tenure) != (winner.member, winner.offset):
+                self.report.invariant_violations.append(
+                    f"{at}: {process} holds term {view.term} with tenure {lead.tenure}, but "
+                    f"the claim that won it is {winner}")
+        bound = ZOMBIE_LEASES * self.config.lease_ms
+        for process, lead in live:
+            if _term(lead) > view.term:
+                self.report.invariant_violations.append(
+                    f"{at}: {process} holds term {_term(lead)}, above the log's {view.term}")
+            elif _term(lead) < view.term:
+                ran = self.zombie_ms.get(lead)
+                if ran is None:
+                    self._trace(f"{process} is a zombie of {role}: term {_term(lead)} < "
+                                f"{view.term}")
+                    ran = 0
+                elif process.running:
+                    ran += elapsed
+                    if ran > bound >= self.zombie_ms[lead]:
+                        self.report.invariant_violations.append(
+                            f"{at}: {process} still leads term {_term(lead)} after running "
+                            f"{ran}ms since term {view.term} was claimed")
+                self.zombie_ms[lead] = ran
+        return any(p.running for p, _ in holders)
+
+    def _term_view(self, role: str) -> TermView:
+        """The role's view of every term record written so far, folded once each.
+
+        Compaction removes records but never moves offsets, so this is the
+        view of the uncompacted log; `_check_compacted_terms` compares the
+        compacted partition's with it.
+        """
+        fold = self.term_folds.setdefault(role, TermFold(role))
+        partition = role_partition(role, self.config.partitions)
+        start = self.term_folded.get(role, 0)
+        for record in self.broker.partition(TERMS_TOPIC, partition).read_committed(start).records:
+            fold.apply(record)
+            self.term_folded[role] = record.offset + 1
+        return fold.view
+
+    def _check_compacted_terms(self) -> None:
+        """A member folding the compacted terms partition sees every term's winner."""
+        for role in self.config.roles:
+            before = self._term_view(role)
+            partition = role_partition(role, self.config.partitions)
+            after = build_term_view(
+                role, self.broker.partition(TERMS_TOPIC, partition).read_committed(0).records)
+            if (after.term, after.winners) != (before.term, before.winners):
+                self.report.invariant_violations.append(
+                    f"{role} at t={self.clock.now_ms() - self.start_ms}ms: compaction of the "
+                    f"terms topic changed the highest term from {before.term} to {after.term} "
+                    f"or who won a term")
+
+    def _track_term(self, role: str, at: str, view: TermView) -> None:
+        """The highest term and its winner only move forward, through compaction too."""
+        winner = view.winner(view.term)
+        current = (view.term, winner.member if winner else None,
+                   winner.offset if winner else None)
+        seen = self.term_seen[role]
+        if current == seen:
+            return
+        if view.term < seen[0]:
+            self.report.invariant_violations.append(
+                f"{at}: the highest term went back from {seen[0]} to {view.term}")
+        elif view.term == seen[0]:
+            self.report.invariant_violations.append(
+                f"{at}: the winner of term {view.term} changed from {seen[1:]} to {current[1:]}")
+        else:
+            self._trace(f"{role}: term {view.term} won by {current[1]} at offset {current[2]}")
+        self.term_seen[role] = current
+
+    def _young_zombies(self) -> list[Leadership]:
+        """Live tenures of a superseded term, in running processes, still within their bound."""
+        bound = ZOMBIE_LEASES * self.config.lease_ms
+        return [lead for process, lead in itertools.chain(*self.leaderships.values())
+                if lead in self.zombie_ms and not lead.done.done() and process.running
+                and self.zombie_ms[lead] <= bound]
+
+    def _record_term_tenures(self) -> None:
+        """How each term-mode tenure stands once the cluster has settled."""
+        for role, held in self.leaderships.items():
+            self.term_tenures[role] = [
+                TermTenure(process.member, _term(lead), lead.tenure, *_tenure_end(process, lead))
+                for process, lead in held]
 
     def _track_token(self, role: str, now: int, current: FencingToken) -> None:
         timeline = self.timeline[role]
@@ -675,6 +881,9 @@ class Simulation:
         await quiesce()
 
     def _check_histories(self) -> None:
+        if self.term_mode:
+            self._check_term_histories()
+            return
         report = self.report
         for index, role in enumerate(self.config.roles):
             output = self.broker.partition(OUTPUT, index).read_committed(0)
@@ -691,6 +900,28 @@ class Simulation:
         requests = Counter((at, role) for p in self.every_process
                            for at, role in p.transport.epoch_requests)
         report.simultaneous_challenges = sum(1 for n in requests.values() if n > 1)
+
+    def _check_term_histories(self) -> None:
+        report = self.report
+        for index, role in enumerate(self.config.roles):
+            output = [OutputRecord(r.offset, r.value, r.headers)
+                      for r in self.broker.records(OUTPUT, index)]
+            attempts = [a for p in self.every_process if role in p.writers
+                        for a in p.writers[role].attempts]
+            terms = self.broker.partition(
+                TERMS_TOPIC, role_partition(role, self.config.partitions)).read_committed(0)
+            report.histories[role] = check_term_history(
+                output, attempts, role=role, topic=OUTPUT, partition=index,
+                terms=terms.records, tenures=self.term_tenures[role])
+            claims = [r for r in terms.records if _is_claim_of(r.key, role)]
+            report.simultaneous_challenges += len(claims) - len(self._term_view(role).winners)
+        report.tenures = sum(len(held) for held in self.leaderships.values())
+        report.epochs_minted = self.broker.epochs_minted
+        for process in self.every_process:
+            report.fenced_by_broker.update(process.transport.fenced_by_broker)
+            report.delayed_calls += process.transport.delayed_calls
+        report.zombies = len(self.zombie_ms)
+        report.longest_zombie_ms = max(self.zombie_ms.values(), default=0)
 
     def _lease_regressions(self, role: str) -> list[str]:
         """Lease records of `role` in the state topic that go back to an earlier tenure."""
@@ -713,6 +944,34 @@ class Simulation:
         return found
 
 
+def _term(leadership: Leadership) -> int:
+    assert isinstance(leadership, TermLeadership), leadership
+    return leadership.term
+
+
+def _tenure_end(process: _Process, leadership: Leadership) -> tuple[TenureEnd, str]:
+    """How a tenure stands: ended (and why), or its process dead, stopped or running."""
+    if leadership.done.done():
+        err = leadership.err
+        if err is None:
+            return ("resigned", "")
+        if isinstance(err, FencedError):
+            return ("fenced", str(err))
+        if isinstance(err, ProcessCrashed):
+            return ("crashed", str(err))
+        return ("error", repr(err))
+    if process.dead:
+        return ("crashed", "")
+    if process.clock.paused:
+        return ("paused", "")
+    return ("running", "")
+
+
+def _is_claim_of(key: bytes, role: str) -> bool:
+    decoded = decode_term_key(key)
+    return decoded.kind is TermKind.CLAIM and decoded.role == role
+
+
 @contextlib.contextmanager
 def _quiet_library_logs() -> Iterator[None]:
     """Keep the library's INFO and WARNING lines out of a run (the trace has them).
@@ -733,10 +992,11 @@ def run_seed(
     seed: int,
     *,
     duration_leases: int = 24,
+    fencing: Fencing = "epoch",
     broker_factory: Callable[..., MemoryBroker] = MemoryBroker,
 ) -> SimReport:
     """Run one seed in a fresh event loop."""
-    config = SimConfig.from_seed(seed, duration_leases=duration_leases)
+    config = SimConfig.from_seed(seed, duration_leases=duration_leases, fencing=fencing)
     return asyncio.run(Simulation(config, broker_factory=broker_factory).run())
 
 
@@ -784,6 +1044,12 @@ def summarize(reports: list[SimReport], elapsed: float | None = None) -> str:
         f"(leases): median={gaps[len(gaps) // 2] if gaps else 0:.1f} "
         f"p99={gaps[int(len(gaps) * 0.99)] if gaps else 0:.1f} max={gaps[-1] if gaps else 0:.1f}",
     ]
+    if any(r.config.fencing == "term" for r in reports):
+        lines.append(
+            f"term mode: barriers={total('barriers')} dropped by readers={total('dropped')} "
+            f"(committed {total('dropped_committed')}) fenced_visible={total('fenced_visible')} "
+            f"zombies={sum(r.zombies for r in reports)} longest zombie="
+            f"{max((r.longest_zombie_ms for r in reports), default=0)}ms of running time")
     return "\n".join(lines)
 
 
@@ -801,20 +1067,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leases", type=int, default=None,
                         help="run length in lease durations "
                              "(default 12 for --seed, 24 for --seeds)")
+    parser.add_argument("--fencing", choices=("epoch", "term"), default="epoch",
+                        help="the fencing mode every member runs (default epoch)")
     args = parser.parse_args(argv)
     if args.seed is not None:
-        report = run_seed(args.seed, duration_leases=args.leases or 12)
+        report = run_seed(args.seed, duration_leases=args.leases or 12, fencing=args.fencing)
         print(report.describe(trace_lines=0))
         print("\n".join(report.trace))
         return 0 if report.ok else 1
     began = time.perf_counter()
     reports = []
     for seed in range(args.start, args.start + args.seeds):
-        report = run_seed(seed, duration_leases=args.leases or 24)
+        report = run_seed(seed, duration_leases=args.leases or 24, fencing=args.fencing)
         if report.ok:
             report.trace.clear()  # thousands of traces would fill the memory
         reports.append(report)
-    print(f"--seeds {args.seeds} --start {args.start} --leases {args.leases or 24}")
+    print(f"--seeds {args.seeds} --start {args.start} --leases {args.leases or 24} "
+          f"--fencing {args.fencing}")
     print(summarize(reports, time.perf_counter() - began))
     failing = [r for r in reports if not r.ok]
     for report in failing[:3]:

@@ -238,6 +238,9 @@ async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_
     assert len(after) <= 1
     assert all(x.outcome == "fenced" for x in after), after
     assert await transactional_id_error(run.bootstrap, run.role) == TRANSACTIONAL_ID_NOT_FOUND
+    history = await run.term_history()
+    assert history.ok, history
+    assert history.dropped == len(zombie_late), history
     thawed = max((x for x in attempts if x.record.member == "a"), key=lambda x: x.record.seq)
     print(f"TERM-ZOMBIE the frozen write ended {thawed.outcome}; {len(zombie_late)} zombie "
           f"records after the successor's barrier, all dropped")

@@ -1,19 +1,39 @@
 """The history checker catches every kind of violation, and passes a clean history.
 
 Histories here are made by hand: two tenures of the role, a writer each, and
-the output a read_committed consumer would see.
+the output a read_committed consumer would see; in term mode, the output
+with its headers, the claims of the terms partition and the tenures members
+believed they held.
 """
 
 import io
 
 import pytest
 
+from coordination import (
+    TERM_HEADER,
+    TERMS_TOPIC,
+    Barrier,
+    Claim,
+    TermFilter,
+    TermStamp,
+    claim_key,
+    encode_barrier,
+    encode_claim,
+    encode_term_header,
+    encode_term_key,
+    role_partition,
+)
+from coordination.state import Record
 from tests.faults.history import (
     Attempt,
     HistoryRecord,
     HistoryWriter,
+    OutputRecord,
+    TermTenure,
     attempts_from_journal,
     check_history,
+    check_term_history,
     encode_record,
 )
 from tests.support.sim import LEASE, Cluster, crash
@@ -155,3 +175,181 @@ async def test_a_history_writer_logs_committed_and_fenced_attempts_that_the_chec
     report = check_history(output, attempts_from_journal(journal.getvalue().splitlines()))
     assert report.ok, report
     assert (report.committed, report.fenced, report.visible) == (1, 1, 1)
+
+
+# Term mode: the output is replayed through a TermFilter; claims say who won each term.
+#
+# a wins term 1 (its claim at offset 0 of the terms partition), b term 2
+# (offset 3). On the output partition: a's barrier and two writes, b's
+# barrier and a write, then one more write of a, the zombie, under term 1.
+
+A_TENURE, B_TENURE = 0, 3
+
+
+def claim(offset: int, member: str, term: int) -> Record:
+    return Record(offset, encode_term_key(claim_key("billing", member, term)),
+                  encode_claim(Claim(member, term, 0)), 0)
+
+
+TERMS = [claim(0, "a", 1), claim(1, "c", 1), claim(3, "b", 2)]  # c lost term 1 to a
+
+
+def term_write(writer: str, seq: int, term: int, tenure: int) -> HistoryRecord:
+    return HistoryRecord(writer, seq, writer.split(".")[0], "billing", -1, -1, tenure, term)
+
+
+TA1 = term_write("a.1", 1, 1, A_TENURE)
+TA2 = term_write("a.1", 2, 1, A_TENURE)
+TA3 = term_write("a.1", 3, 1, A_TENURE)  # the zombie's, after b's barrier
+TB1 = term_write("b.1", 1, 2, B_TENURE)
+
+
+def stamped(offset: int, record: HistoryRecord, term: int | None = None,
+            role: str = "billing") -> OutputRecord:
+    header = encode_term_header(TermStamp(role, record.term if term is None else term))
+    return OutputRecord(offset, encode_record(record), ((TERM_HEADER, header),))
+
+
+def barrier(offset: int, member: str, term: int, role: str = "billing") -> OutputRecord:
+    header = encode_term_header(TermStamp(role, term, barrier=True))
+    return OutputRecord(offset, encode_barrier(Barrier(member, term, 0)), ((TERM_HEADER, header),))
+
+
+OUTPUT = [barrier(0, "a", 1), stamped(1, TA1), stamped(2, TA2), barrier(3, "b", 2),
+          barrier(4, "z", 5, role="reports"), stamped(5, TB1), stamped(6, TA3)]
+TENURES = [TermTenure("a", 1, A_TENURE, "fenced"), TermTenure("b", 2, B_TENURE, "running")]
+
+
+def check_terms(output=OUTPUT, attempts=None, tenures=TENURES, reader=None):
+    attempts = committed(TA1, TA2, TA3, TB1) if attempts is None else attempts
+    return check_term_history(output, attempts, role="billing", topic="out", partition=0,
+                              terms=TERMS, tenures=tenures, reader=reader)
+
+
+class PassesEverything(TermFilter):
+    """A reader that forgot to compare terms."""
+
+    def admit(self, topic, partition, headers):
+        super().admit(topic, partition, headers)
+        return "pass"
+
+
+class DropsEverything(TermFilter):
+    def admit(self, topic, partition, headers):
+        return "drop"
+
+
+def test_a_clean_term_history_passes_and_counts_the_zombie_write_readers_drop():
+    report = check_terms()
+    assert report.ok, report
+    assert (report.visible, report.dropped, report.dropped_committed) == (3, 1, 1)
+    assert (report.barriers, report.tenures, report.lost) == (2, 2, 0)
+    assert "dropped=1 (committed 1)" in report.summary()
+
+
+def test_a_record_of_the_old_term_written_before_the_new_barrier_stays_valid():
+    output = [barrier(0, "a", 1), stamped(1, TA1), barrier(3, "b", 2), stamped(5, TB1)]
+    report = check_terms(output, committed(TA1, TB1))
+    assert report.ok, report
+    assert (report.visible, report.dropped) == (2, 0)
+
+
+def test_a_stale_record_that_passes_the_reader_is_caught():
+    report = check_terms(reader=PassesEverything(fenced_topics=["out"]))
+    assert report.kinds() == {"stale-passed"}
+    assert report.violations[0].offset == 6
+
+
+def test_a_record_of_the_current_term_that_the_reader_drops_is_caught():
+    report = check_terms(reader=DropsEverything())
+    assert report.kinds() == {"valid-dropped"}
+    assert [v.offset for v in report.violations] == [0, 1, 2, 3, 5]
+
+
+def test_two_tenures_of_one_term_are_two_holders():
+    tenures = [*TENURES, TermTenure("c", 1, 1, "fenced")]
+    report = check_terms(tenures=tenures)
+    assert report.kinds() == {"two-holders"}
+    assert len(report.violations) == 2  # c is not term 1's winner, and term 1 had two
+
+
+def test_a_write_of_a_member_whose_claim_lost_its_term_is_not_the_holders():
+    loser = term_write("c.1", 1, 1, tenure=1)
+    output = [*OUTPUT, stamped(7, loser)]
+    report = check_terms(output, committed(TA1, TA2, TA3, TB1, loser))
+    assert report.kinds() == {"not-the-holder"}
+    assert report.violations[0].offset == 7
+
+
+def test_a_barrier_of_a_member_that_did_not_win_its_term_is_not_the_holders():
+    output = [*OUTPUT[:3], barrier(3, "c", 2), *OUTPUT[4:]]
+    assert check_terms(output).kinds() == {"not-the-holder"}
+
+
+def test_tenures_whose_terms_go_back_in_claim_order_are_a_term_regression():
+    tenures = [TermTenure("b", 2, B_TENURE, "fenced"), TermTenure("c", 1, 7, "fenced")]
+    assert "term-regression" in check_terms(tenures=tenures).kinds()
+
+
+def test_a_zombie_still_running_at_the_end_is_a_violation_a_paused_one_is_not():
+    running = [TermTenure("a", 1, A_TENURE, "running"), TENURES[1]]
+    assert check_terms(tenures=running).kinds() == {"zombie-not-stopped"}
+    paused = [TermTenure("a", 1, A_TENURE, "paused"), TENURES[1]]
+    assert check_terms(tenures=paused).ok
+
+
+def test_a_record_without_one_valid_term_header_is_unstamped():
+    bare = OutputRecord(7, encode_record(TB1))
+    twice = OutputRecord(8, encode_record(TB1), stamped(8, TB1).headers * 2)
+    report = check_terms([*OUTPUT, bare, twice])
+    assert report.kinds() == {"unstamped"}
+    assert [v.offset for v in report.violations] == [7, 8]
+
+
+def test_a_write_stamped_with_another_term_than_its_own_is_a_stamp_mismatch():
+    output = [*OUTPUT[:5], stamped(5, TB1, term=3)]
+    report = check_terms(output, committed(TA1, TA2, TB1))
+    assert "stamp-mismatch" in report.kinds()
+
+
+def test_a_committed_term_write_missing_from_the_log_is_lost():
+    report = check_terms(OUTPUT[:6])
+    assert report.kinds() == {"lost"}
+    assert report.lost == 1
+
+
+def test_a_term_write_that_raised_fenced_error_but_passes_is_counted_not_a_violation():
+    attempts = [*committed(TA1), Attempt(TA2, "fenced"), *committed(TA3, TB1)]
+    report = check_terms(attempts=attempts)
+    assert report.ok, report
+    assert report.fenced_visible == 1
+
+
+def test_the_term_checker_also_catches_duplicates_and_phantoms():
+    assert check_terms([*OUTPUT, stamped(7, TB1)]).kinds() == {"duplicate"}
+    assert check_terms(attempts=committed(TA1, TA2, TB1)).kinds() == {"phantom"}
+
+
+async def test_a_history_writer_in_term_mode_writes_records_the_term_checker_accepts():
+    cluster = Cluster()
+    term = {"fencing": "term", "outputs": ("out",)}
+    first = cluster.candidate("a", **term)
+    await cluster.until(first.done, within=1)
+    old = first.result()
+    writer_a = HistoryWriter("a.1", "out", 0, clock=cluster.clock)
+    assert (await writer_a.write(old)).record.term == 1
+    crash(old)
+    second = cluster.candidate("b", **term)
+    await cluster.until(second.done, within=LEASE * 2)
+    writer_b = HistoryWriter("b.1", "out", 0, clock=cluster.clock)
+    assert (await writer_b.write(second.result())).outcome == "committed"
+    terms = cluster.broker.partition(TERMS_TOPIC, role_partition("billing", 4)).read_committed(0)
+    output = [OutputRecord(r.offset, r.value, r.headers) for r in cluster.broker.records("out", 0)]
+    tenures = [TermTenure("a", 1, old.tenure, "crashed"),
+               TermTenure("b", 2, second.result().tenure, "running")]
+    report = check_term_history(output, writer_a.attempts + writer_b.attempts, role="billing",
+                                topic="out", partition=0, terms=terms.records, tenures=tenures)
+    assert report.ok, report
+    assert (report.committed, report.visible, report.barriers) == (2, 2, 2)
+    for task in second.result()._tasks:
+        task.cancel()

@@ -1,10 +1,13 @@
 """Deterministic simulation: safety under random faults, seed by seed.
 
 CI runs `CI_SEEDS` seeds of `CI_LEASES` lease durations each (about 20 s on
-one core). Each failure message starts with the command that replays its
-seed and prints its whole trace:
+one core), and `TERM_CI_SEEDS` of the same seeds again in term mode (every
+member with ``fencing="term"``; the figure is in docs/reliability.md). Each
+failure message starts with the command that replays its seed and prints
+its whole trace:
 
     python -m tests.faults.simulation --seed 1234 --leases 12
+    python -m tests.faults.simulation --seed 1234 --leases 12 --fencing term
 
 The long run (many thousands of seeds) is the same command outside CI:
 
@@ -19,29 +22,45 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 from collections import Counter
 
 import pytest
 
-from coordination import FencedError, MemoryBroker, MemoryTransport
+from coordination import TERMS_TOPIC, FencedError, MemoryBroker, MemoryTransport
 from coordination.memory import MAX_EPOCH
 from tests.faults.simulation import (
     LIVELOCK_LEASES,
     TRANSACTION_CALLS,
+    ZOMBIE_LEASES,
     SimConfig,
     SimReport,
     Simulation,
     run_seed,
 )
-from tests.support.sim import LEASE, Cluster, FaultyTransport, MemberClock
+from tests.support.sim import LEASE, Cluster, FaultyTransport, MemberClock, ProcessCrashed
 
 CI_SEEDS = 250
+TERM_CI_SEEDS = 250
 CI_LEASES = 12
+
+KNOWN_TERM_CANDIDATE_BUG = (
+    "event loop: Task exception was never retrieved: ProcessCrashed('the process crashed') "
+    "in TermFollower.wait")
+"""The library bug `test_bug_a_term_candidate_whose_two_followers_fail_at_once_...` shows;
+the term-mode seeds set it aside until it is fixed (that test then fails: drop both)."""
 
 
 @functools.cache
 def ci_report(seed: int) -> SimReport:
     return run_seed(seed, duration_leases=CI_LEASES)
+
+
+@functools.cache
+def term_report(seed: int) -> SimReport:
+    report = run_seed(seed, duration_leases=CI_LEASES, fencing="term")
+    report.errors = [e for e in report.errors if e != KNOWN_TERM_CANDIDATE_BUG]
+    return report
 
 
 def run(sim: Simulation) -> SimReport:
@@ -68,6 +87,29 @@ def test_the_ci_seeds_exercise_every_fault():
     assert sum(r.total("fenced") for r in reports) > 0  # guarded writes among them
     assert sum(r.total("unknown") for r in reports) > 0
     assert any(len(set(r.config.skew_ms.values())) > 1 for r in reports)
+    assert any(len(r.config.roles) > r.config.partitions for r in reports)  # roles share
+
+
+@pytest.mark.parametrize("seed", range(TERM_CI_SEEDS))
+def test_no_seed_breaks_safety_or_livelocks_in_term_mode(seed):
+    report = term_report(seed)
+    assert report.ok, report.describe()
+
+
+def test_the_term_mode_seeds_exercise_every_fault_and_readers_drop_zombie_writes():
+    reports = [term_report(seed) for seed in range(TERM_CI_SEEDS)]
+    faults = Counter()
+    for report in reports:
+        faults.update(report.faults)
+    assert {"crash", "restart", "pause", "freeze", "resign", "compaction"} <= set(faults)
+    assert sum(r.delayed_calls for r in reports) > 0
+    assert sum(r.simultaneous_challenges for r in reports) > 0  # claims that lost
+    assert sum(r.zombies for r in reports) > 0
+    assert sum(r.total("dropped_committed") for r in reports) > 0  # accepted, then dropped
+    assert sum(r.total("barriers") for r in reports) > 0
+    # Nothing transactional: no epoch is minted and the broker refuses nothing.
+    assert sum(r.epochs_minted for r in reports) == 0
+    assert sum(sum(r.fenced_by_broker.values()) for r in reports) == 0
     assert any(len(r.config.roles) > r.config.partitions for r in reports)  # roles share
 
 
@@ -126,6 +168,57 @@ def test_roles_sharing_one_partition_survive_a_leader_dying_inside_a_transaction
     assert report.faults["crash inside a transaction"] == 1, report.describe()
 
 
+def test_the_same_seed_replays_the_same_history_in_term_mode():
+    first = run_seed(7, duration_leases=CI_LEASES, fencing="term")
+    second = run_seed(7, duration_leases=CI_LEASES, fencing="term")
+    assert first.trace == second.trace
+    assert [h.summary() for h in first.histories.values()] == [
+        h.summary() for h in second.histories.values()]
+
+
+# Scripted scenarios in term mode.
+
+
+def test_a_frozen_term_leader_that_thaws_reads_the_higher_claim_and_stops():
+    sim = Simulation(SimConfig.quiet(fencing="term"))
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.zombies == 1
+    assert any("m1.1 stops leading billing (term 1): fenced" in line and "claimed term 2" in line
+               for line in report.trace), report.describe()
+    history = report.histories["billing"]
+    assert (history.tenures, history.dropped, history.lost) == (2, 0, 0), report.describe()
+
+
+def test_a_zombie_whose_terms_tail_lags_writes_after_the_barrier_and_readers_drop_it():
+    """The leader's consumer of the terms topic lags one and a half leases;
+    frozen, then thawed with its clock behind, it goes on writing under term 1
+    after the successor's barrier, until its tail shows it the claim of term 2."""
+    sim = Simulation(SimConfig.quiet(fencing="term"))
+    sim.at(0.5, "slow", "@billing", arg=("tail_terms", round(LEASE * 1500)))
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    report = run(sim)
+    assert report.ok, report.describe()
+    history = report.histories["billing"]
+    assert history.dropped_committed >= 5, report.describe()  # accepted by the broker
+    assert history.dropped == history.dropped_committed
+    assert sum(report.fenced_by_broker.values()) == 0
+    assert 0 < report.longest_zombie_ms <= ZOMBIE_LEASES * LEASE * 1000
+    assert any("m1.1 stops leading billing (term 1): fenced" in line and "claimed term 2" in line
+               for line in report.trace), report.describe()
+
+
+def test_simultaneous_claims_after_a_crash_leave_one_holder_of_the_term():
+    members = ("m1", "m2", "m3", "m4", "m5")
+    sim = Simulation(SimConfig.quiet(members, stagger={"billing": 0.0}, fencing="term"))
+    sim.at(1.0, "crash", "@billing")
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.simultaneous_challenges >= 1  # claims of a term someone claimed first
+    assert report.histories["billing"].tenures == 2
+
+
 # The simulation can fail: brokers broken on purpose must be caught.
 
 
@@ -171,6 +264,49 @@ def test_a_role_without_a_leader_for_twenty_leases_is_reported_as_a_livelock():
     report = run(Simulation(config, broker_factory=RefusingBroker))
     assert report.livelocks, report.describe()
     assert not report.ok
+
+
+class ClaimLosingBroker(MemoryBroker):
+    """Compacts the terms topic as if every record of a partition shared one key."""
+
+    def compact(self, topic):
+        super().compact(topic)
+        if topic == TERMS_TOPIC:
+            for log in self.topics[topic].partitions:
+                log.entries = log.entries[-1:]
+
+
+class DeafTermsTail(MemoryTransport):
+    """A client whose tail of the terms topic never delivers anything."""
+
+    async def tail_terms(self, partition, from_offset):
+        return NeverTail()
+
+
+class NeverTail:
+    async def next(self):
+        await asyncio.get_running_loop().create_future()
+
+    async def close(self):
+        return None
+
+
+def test_the_simulation_catches_compaction_that_loses_the_claims():
+    config = SimConfig.quiet(("m1", "m2", "m3"), fencing="term", cleaner_gap=LEASE)
+    sim = Simulation(config, broker_factory=ClaimLosingBroker)
+    sim.at(1.0, "crash", "@billing", arg=0)
+    report = run(sim)
+    assert any("compaction of the terms topic changed" in v
+               for v in report.invariant_violations), report.describe()
+
+
+def test_the_simulation_catches_a_zombie_that_never_reads_the_higher_claim():
+    sim = Simulation(SimConfig.quiet(fencing="term"), transport_factory=DeafTermsTail)
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    report = run(sim)
+    assert any("still leads term 1 after running" in v
+               for v in report.invariant_violations), report.describe()
+    assert "zombie-not-stopped" in report.histories["billing"].kinds(), report.describe()
 
 
 # Regression tests for bugs the simulation found.
@@ -238,3 +374,43 @@ def test_the_near_exhaustion_setting_starts_a_role_just_below_the_last_epoch():
     report = run(Simulation(config))
     assert report.ok, report.describe()
     assert any(f":{MAX_EPOCH - 3 + 1}" in line for line in report.trace), report.describe()
+
+
+@pytest.mark.xfail(strict=True, reason="term_candidate._wait retrieves only the first of two "
+                   "failed followers' results; the lead engineer owns the fix")
+async def test_bug_a_term_candidate_whose_two_followers_fail_at_once_leaves_an_error_unretrieved():
+    """Found by the term-mode seeds' loop-error check (seed 5 first). A
+    standby waits on its roster and its terms follower at once; when both
+    fail in one step (its process dies while stopped, both reads held at the
+    pause point), `_TermCandidate._wait` raises the first one's error and
+    never retrieves the second's: asyncio reports 'Task exception was never
+    retrieved' for the TermFollower.wait task."""
+    term = {"fencing": "term", "outputs": ("out",)}
+    cluster = Cluster()
+    first = cluster.candidate("a", **term)
+    await cluster.until(first.done, within=1)
+    clock = MemberClock(cluster.clock)
+    transport = FaultyTransport(MemoryTransport(cluster.broker, clock=clock), clock)
+    standby = cluster.candidate("b", transport=transport, clock=clock, **term)
+    await cluster.advance(0.5)
+    assert not standby.done()
+    unretrieved: list[str] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unretrieved.append(
+        f"{context['message']}: {context['future'].get_coro().__qualname__}"))
+    other = cluster.candidate("c", **term)
+    try:
+        clock.pause()  # SIGSTOP: each follower's next read waits at the pause point
+        await cluster.advance(1.5)  # c's registration and a's heartbeat reach both partitions
+        transport.crash()
+        await cluster.until(standby.done, within=5)
+        with pytest.raises(ProcessCrashed):
+            standby.result()
+        gc.collect()
+        await cluster.settle()
+    finally:
+        loop.set_exception_handler(None)
+        other.cancel()
+        for task in first.result()._tasks:
+            task.cancel()
+    assert unretrieved == []

@@ -246,7 +246,9 @@ class FaultyTransport:
     """A member process's `Transport` with faults: pauses, message delays, death.
 
     Every call waits while the process is paused (`MemberClock.pause`), then
-    is delayed by `delay(call)` = ``(before_ms, after_ms)`` of cluster time:
+    is delayed by `delay(call)` = ``(before_ms, after_ms)`` of cluster time
+    (`call` is the method's name; a tail's reads are ``"tail"`` and
+    ``"tail_terms"``, delayed by `after_ms` only):
     `before_ms` delays the request (a call cancelled meanwhile never reaches
     the broker), `after_ms` the response (the broker has acted; the caller
     hears of it late, or never if it gives up). After `crash`, calls raise
@@ -332,7 +334,7 @@ class FaultyTransport:
         return await self._call("read_partition", self.inner.read_partition, partition)
 
     async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
-        return _FaultyTail(self, await self.inner.tail(partition, from_offset))
+        return _FaultyTail(self, await self.inner.tail(partition, from_offset), "tail")
 
     async def topic_facts(self) -> TopicFacts:
         return await self._call("topic_facts", self.inner.topic_facts)
@@ -351,16 +353,43 @@ class FaultyTransport:
     async def release(self, role: str, token: FencingToken) -> None:
         await self._call("release", self.inner.release, role, token)
 
+    # Term mode: the terms topic and the leader's outputs, through the same
+    # pauses, delays and death as every other call.
+
+    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+        return await self._call("append_term", self.inner.append_term, partition, key, value)
+
+    async def read_terms(self, partition: int) -> PartitionRead:
+        return await self._call("read_terms", self.inner.read_terms, partition)
+
+    async def tail_terms(self, partition: int, from_offset: int) -> _FaultyTail:
+        return _FaultyTail(self, await self.inner.tail_terms(partition, from_offset),
+                           "tail_terms")
+
+    async def check_terms_topic(self, partitions: int) -> TopicCheck:
+        return await self._call("check_terms_topic", self.inner.check_terms_topic, partitions)
+
+    async def output_partitions(self, topic: str) -> int:
+        return await self._call("output_partitions", self.inner.output_partitions, topic)
+
+    async def write_output(self, topic: str, partition: int, key: bytes | None,
+                           value: bytes | None, headers: list[tuple[str, bytes]]) -> int:
+        return await self._call("write_output", self.inner.write_output, topic, partition, key,
+                                value, headers)
+
 
 class _FaultyTail:
-    def __init__(self, transport: FaultyTransport, inner: PartitionTail) -> None:
+    """A tail whose reads arrive late by the response delay of `name`."""
+
+    def __init__(self, transport: FaultyTransport, inner: PartitionTail, name: str) -> None:
         self._transport = transport
         self._inner = inner
+        self._name = name
 
     async def next(self) -> PartitionRead:
         read = await self._inner.next()
         transport = self._transport
-        _, after = transport.delay("tail") if transport.delay is not None else (0, 0)
+        _, after = transport.delay(self._name) if transport.delay is not None else (0, 0)
         if after:
             await transport._sleep(after)
         await transport._pause_point()
