@@ -126,9 +126,12 @@ class _TermCandidate:
                     waiting.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await waiting
-        for waiting in (roster, terms):
-            if not waiting.cancelled():
-                waiting.result()  # a follower's TransportError goes to the caller
+        # Both outcomes are taken before either error is raised: a follower's
+        # error left unread would be reported by asyncio as never retrieved.
+        errors = [waiting.exception() for waiting in (roster, terms) if not waiting.cancelled()]
+        for error in errors:
+            if error is not None:
+                raise error  # a follower's TransportError goes to the caller
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""

@@ -44,13 +44,6 @@ CI_SEEDS = 250
 TERM_CI_SEEDS = 250
 CI_LEASES = 12
 
-KNOWN_TERM_CANDIDATE_BUG = (
-    "event loop: Task exception was never retrieved: ProcessCrashed('the process crashed') "
-    "in TermFollower.wait")
-"""The library bug `test_bug_a_term_candidate_whose_two_followers_fail_at_once_...` shows;
-the term-mode seeds set it aside until it is fixed (that test then fails: drop both)."""
-
-
 @functools.cache
 def ci_report(seed: int) -> SimReport:
     return run_seed(seed, duration_leases=CI_LEASES)
@@ -58,9 +51,7 @@ def ci_report(seed: int) -> SimReport:
 
 @functools.cache
 def term_report(seed: int) -> SimReport:
-    report = run_seed(seed, duration_leases=CI_LEASES, fencing="term")
-    report.errors = [e for e in report.errors if e != KNOWN_TERM_CANDIDATE_BUG]
-    return report
+    return run_seed(seed, duration_leases=CI_LEASES, fencing="term")
 
 
 def run(sim: Simulation) -> SimReport:
@@ -376,15 +367,12 @@ def test_the_near_exhaustion_setting_starts_a_role_just_below_the_last_epoch():
     assert any(f":{MAX_EPOCH - 3 + 1}" in line for line in report.trace), report.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="term_candidate._wait retrieves only the first of two "
-                   "failed followers' results; the lead engineer owns the fix")
-async def test_bug_a_term_candidate_whose_two_followers_fail_at_once_leaves_an_error_unretrieved():
-    """Found by the term-mode seeds' loop-error check (seed 5 first). A
-    standby waits on its roster and its terms follower at once; when both
+async def test_a_term_candidate_whose_two_followers_fail_at_once_retrieves_both_errors():
+    """A standby waits on its roster and its terms follower at once; when both
     fail in one step (its process dies while stopped, both reads held at the
-    pause point), `_TermCandidate._wait` raises the first one's error and
-    never retrieves the second's: asyncio reports 'Task exception was never
-    retrieved' for the TermFollower.wait task."""
+    pause point), the candidate raises one error and has taken the other's,
+    so asyncio reports no exception as never retrieved (found by the
+    term-mode seeds' loop-error check, seed 5 first)."""
     term = {"fencing": "term", "outputs": ("out",)}
     cluster = Cluster()
     first = cluster.candidate("a", **term)
