@@ -2,15 +2,19 @@
 ``balanced`` placement hold 12 roles; a third joins and receives roles only
 by handovers (a resignation and the successor's claim), none left vacant
 longer than one stagger by the state topic's record timestamps, and
-``GET /rebalance/`` shows the plans and every handover made.
+``GET /rebalance/`` shows the plans and every handover made; so does the
+dashboard, opened before the third worker joins, without a reload.
 
 Every wait polls a condition with a deadline; every worker is stopped by PID.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +22,7 @@ import pytest
 
 from coordination import Kind, decode_key
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
+from tests.support.browser import Browser, chromium
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +31,15 @@ T = TypeVar("T")
 ROLES = 12
 PARTITIONS = 6
 LEASE, RENEW, STAGGER = 3.0, 1.0, 1.0
-INTERVAL = 2.0
+INTERVAL = 1.5
 APP = "tests.app.balanced_app"
 START = 60.0
 """A worker's start-up, group join and first registrations, on a 2-core machine."""
 SETTLE = 45.0
 POLL = 0.2
+MOVES_SHOWN = ("[...document.querySelectorAll('#moves li')].map(li => "
+               "[li.dataset.role, li.dataset.from, li.dataset.to])")
+PLANS_SHOWN = "[...document.querySelectorAll('#plans li')].map(li => li.dataset.worker)"
 
 
 def _until(condition: Callable[[], T | None], within: float, what: str,
@@ -94,7 +102,9 @@ def group(kafka_bootstrap: str, tmp_path: Path):
     try:
         yield group
     finally:
-        group.stop_all()
+        # In parallel: each worker resigns its roles on SIGTERM, a few seconds each.
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            list(pool.map(AppWorker.stop, group.workers))
 
 
 def _settled(workers: list[AppWorker], asked: AppWorker) -> dict[str, Any] | None:
@@ -110,23 +120,37 @@ def _settled(workers: list[AppWorker], asked: AppWorker) -> dict[str, Any] | Non
     return body if _split(workers) else None
 
 
-def test_a_joining_worker_receives_roles_by_handover_and_the_plan_is_shown(group):
+async def test_a_joining_worker_receives_roles_by_handover_and_the_plan_is_shown(group):
     started = time.monotonic()
     first = [group.start(app_module=APP), group.start(app_module=APP)]
-    _until(lambda: _settled(first, first[0]), START, "the first two holding every role, "
-           "their plans settled", first)
+    await asyncio.to_thread(_until, lambda: _settled(first, first[0]), START,
+                            "the first two holding every role, their plans settled", first)
     before = _split(first)
     assert before is not None
-    third = group.start(app_module=APP)
-    workers = [*first, third]
-    joined = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        browser = None
+        if chromium() is not None:  # the dashboard too, where Debian's chromium is installed
+            browser = await stack.enter_async_context(Browser())
+            await browser.open(first[0].url + "/")
+            await _shown(browser, PLANS_SHOWN, lambda plans: len(plans) == 2, "two plans")
+        third = group.start(app_module=APP)
+        workers = [*first, third]
+        joined = time.monotonic()
 
-    def received() -> dict[str, Any] | None:
-        body = _settled(workers, first[0])
-        return body if body and any(m["to"] == third.member for m in body["moves"]) else None
+        def received() -> dict[str, Any] | None:
+            body = _settled(workers, first[0])
+            return body if body and any(m["to"] == third.member for m in body["moves"]) \
+                else None
 
-    shown = _until(received, SETTLE, "the third worker given roles, every plan settled",
-                   workers)
+        shown = await asyncio.to_thread(_until, received, SETTLE,
+                                        "the third worker given roles, every plan settled",
+                                        workers)
+        if browser is not None:
+            moves = [[m["role"], m["from"], m["to"]] for m in reversed(shown["moves"])]
+            await _shown(browser, MOVES_SHOWN, lambda shown: shown == moves,
+                         "the handovers on the dashboard, newest first")
+            assert sorted(await browser.evaluate(PLANS_SHOWN)) == sorted(w.member
+                                                                         for w in workers)
     after = _split(workers)
     assert after is not None
     handed = [move for move in shown["moves"] if move["to"] == third.member]
@@ -138,11 +162,22 @@ def test_a_joining_worker_receives_roles_by_handover_and_the_plan_is_shown(group
         assert "over the fair share" in move["reason"]
         assert move["at"] > 0
     assert all(w["enabled"] and w["interval"] == INTERVAL for w in shown["workers"])
-    gaps = _vacancies_ms(group)
+    gaps = await asyncio.to_thread(_vacancies_ms, group)
     assert len(gaps) >= len(shown["moves"])  # every handover: a tombstone, then a new lease
     assert max(gaps) <= STAGGER * 1000, gaps
     print(f"\nsplit of two {sorted(len(r) for r in before.values())}, of three "
           f"{sorted(len(r) for r in after.values())}; {len(shown['moves'])} handovers "
           f"({len(handed)} to the third), longest vacancy {max(gaps)} ms; two settled in "
           f"{joined - started:.1f} s, three {time.monotonic() - joined:.1f} s after the "
-          "third started")
+          f"third started; dashboard checked: {browser is not None}")
+
+
+async def _shown(browser: Browser, expression: str, check: Callable[[Any], bool],
+                 what: str, within: float = 15) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = await browser.evaluate(expression)
+        if check(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: still {value!r} after {within} s"
+        await asyncio.sleep(POLL)
