@@ -17,6 +17,9 @@ a short lease (seen with 3 s leases in rolling restarts). Without an
 assignment within `ASSIGNMENT_WAIT` seconds (a group that cannot form), the
 candidates stand anyway: the roles do not depend on Faust's group.
 
+Under ``balanced`` placement it also runs the worker's rebalancing
+(`agents.rebalancing`), and stops it before the runners.
+
 The transport connects in the background and is retried: a broker that is
 down at start-up delays the candidates, it does not crash the worker (the
 fold and the web view keep working).
@@ -32,6 +35,7 @@ from typing import Any
 
 from mode import Service
 
+from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 
@@ -51,6 +55,7 @@ class RoleService(Service):
         self._stack = AsyncExitStack()
         self._connecting: asyncio.Task[None] | None = None
         self._resigned = False
+        self._rebalancing: WorkerRebalancing | None = None
         self._assigned = asyncio.Event()
         super().__init__(**kwargs)
         ctx.app.on_partitions_assigned.connect(self._on_partitions_assigned)
@@ -91,6 +96,14 @@ class RoleService(Service):
             ctx.metrics.standing(name)
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))
+        off = ctx.settings.rebalancing_off
+        if off is None:
+            self._rebalancing = WorkerRebalancing(ctx, transport)
+            self._rebalancing.start()
+            log.info("member %s rebalances its balanced roles: at most one handover every "
+                     "%.1f s", member, ctx.settings.rebalance_interval)
+        elif ctx.settings.placement == "balanced":
+            log.info("member %s does not rebalance: %s", member, off)
 
     async def on_stop(self) -> None:
         await self.resign_all()
@@ -104,6 +117,8 @@ class RoleService(Service):
             self._connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._connecting
+        if self._rebalancing is not None:
+            await self._rebalancing.stop()
         runners = list(self.ctx.runners.values())
         # Resign in parallel: each runner bounds its own steps.
         await asyncio.gather(*(runner.stop() for runner in runners), return_exceptions=True)

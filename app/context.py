@@ -26,7 +26,7 @@ from app.feed import EventFeed
 from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
-from coordination import Clock, LeaderRunner, RoleFunction, SystemClock, Transport
+from coordination import Clock, LeaderRunner, Rebalancer, RoleFunction, SystemClock, Transport
 
 __all__ = ["Context", "Router", "Tables", "TransportFactory"]
 
@@ -63,8 +63,8 @@ class Router(Protocol):
 class Context:
     """One worker's shared parts.
 
-    Everything but `transport` and `runners` is set at construction; those
-    two are the role service's, filled once it has connected.
+    Everything but `transport`, `runners` and `rebalancer` is set at
+    construction; those are the role service's, filled once it has connected.
     """
 
     settings: Settings
@@ -94,6 +94,9 @@ class Context:
     """The started transport (None until the role service has connected)."""
     runners: dict[str, LeaderRunner] = field(default_factory=dict)
     """The role service's runner per role (empty until it has connected)."""
+    rebalancer: Rebalancer | None = None
+    """The rebalancing of this worker's balanced roles (None until the role service has
+    connected, and for good when `Settings.rebalancing_off` says why; agents.rebalancing)."""
     fold_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the fold, terms and tick agents around a read, update and write of a
     role's value (`agents.fold`)."""

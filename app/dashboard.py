@@ -12,13 +12,19 @@ if it is newer than what the page shows (its offset is past the role's; a
   tenure ended: resigned, lapsed, or fenced when a new token took over
   without either);
 - the live feed of events, newest first;
-- a filter by role name or worker (a click on a worker sets it).
+- a filter by role name or worker (a click on a worker sets it);
+- the rebalancing (``GET /rebalance/``): each worker's last plan (the roles
+  it counts held per live member, the fair share) and the handovers made,
+  newest first, each with its reason. It is read at load and again shortly
+  after an ``elected`` or ``resigned`` event (a handover is both), never on
+  a timer.
 
 Timelines and the feed start with the recent events each worker sends a new
 stream (docs/app.md, "Live events"). Elements carry ``data-role``,
 ``data-worker``, ``data-kind`` and a class per field, and ``<body>`` carries
 ``data-stream`` (``connecting``, ``open``, ``reconnecting``) and
-``data-events`` (events handled), so a headless browser test can read what
+``data-events`` (events handled), and handovers ``data-role``,
+``data-from`` and ``data-to``, so a headless browser test can read what
 it shows.
 """
 
@@ -65,6 +71,10 @@ DASHBOARD_HTML = r"""<!doctype html>
   #feed .kind { font-weight: 600; }
   .legend span { margin-right: .8em; }
   .legend i { display: inline-block; width: .8em; height: .8em; margin-right: .2em; }
+  #plans { font-size: 13px; margin: 0; padding-left: 1em; }
+  #moves { list-style: none; padding: 0; margin: 0; max-height: 16em; overflow-y: auto;
+           font-size: 13px; }
+  #moves li { border-bottom: 1px solid #eee; padding: .15em 0; }
   #errors { color: #b00020; margin-top: 1em; white-space: pre-wrap; }
   [hidden] { display: none !important; }
 </style>
@@ -91,6 +101,9 @@ DASHBOARD_HTML = r"""<!doctype html>
   <div class="side">
     <h2>Held roles per worker</h2>
     <ul id="workers"></ul>
+    <h2>Rebalancing</h2>
+    <ul id="plans"></ul>
+    <ul id="moves"></ul>
     <h2>Live events</h2>
     <ul id="feed"></ul>
   </div>
@@ -199,6 +212,7 @@ function handle(ev) {
   feedEvents.sort((a, b) => b.timestamp - a.timestamp || b.offset - a.offset);
   feedEvents.length = Math.min(feedEvents.length, FEED_LENGTH);
   applyToTimeline(ev);
+  if (ev.kind === "elected" || ev.kind === "resigned") refreshRebalance();
   if (loaded) applyToRole(ev); else early.push(ev);
   schedule();
 }
@@ -310,9 +324,47 @@ async function load() {
     setTimeout(load, 2000);
   }
 }
-$("filter").addEventListener("input", render);
+// --- the rebalancing: read at load and after a change of holder ----------------------
+let rebalance = {workers: [], moves: []};
+let rebalanceDue = null;
+function refreshRebalance() {
+  if (rebalanceDue === null) rebalanceDue = setTimeout(loadRebalance, 1000);
+}
+async function loadRebalance() {
+  rebalanceDue = null;
+  try {
+    const response = await fetch("/rebalance/", {cache: "no-store"});
+    if (response.ok) { rebalance = await response.json(); renderRebalance(); }
+  } catch (err) { /* the next change of holder asks again */ }
+}
+function renderRebalance() {
+  $("plans").replaceChildren(...rebalance.workers.map(w => {
+    const li = el("li");
+    li.dataset.worker = w.member;
+    if (!w.enabled) { li.textContent = w.member + ": off (" + w.off + ")"; return li; }
+    if (!w.plan) { li.textContent = w.member + ": no plan yet"; return li; }
+    const held = Object.entries(w.plan.held).map(([m, n]) => m + " " + n).join(", ");
+    li.textContent = w.member + " at " + clock(w.plan.at) + ": fair share " +
+      w.plan.fair_share + " of " + w.plan.roles + " roles; held: " + held + "; " +
+      w.plan.moves.length + " to hand over";
+    return li;
+  }));
+  $("moves").replaceChildren(...[...rebalance.moves].reverse()
+      .filter(m => matches(m.role, m.from, m.to)).map(m => {
+    const li = el("li");
+    li.dataset.role = m.role;
+    li.dataset.from = m.from;
+    li.dataset.to = m.to;
+    li.title = m.reason;
+    li.append(el("span", clock(m.at) + " ", "time"), el("span", m.role, "role"),
+              document.createTextNode(" " + m.from + " \u2192 " + m.to));
+    return li;
+  }));
+}
+$("filter").addEventListener("input", () => { render(); renderRebalance(); });
 setInterval(render, 1000);  // ongoing tenures grow; no request is made
 load();
+loadRebalance();
 </script>
 </body>
 </html>

@@ -109,6 +109,10 @@ class Metrics:
             "coordination_lease_write_seconds",
             "Time to commit a lease record (first lease and renewals)", ["role"],
             buckets=RENEWAL_BUCKETS, registry=registry)
+        self.handovers = Counter(
+            "coordination_rebalance_handovers",
+            "Roles this worker handed over to rebalance the group's balanced roles",
+            registry=registry)
         self.events = Counter(
             "coordination_events",
             "Leadership-change events the fold on this worker published", ["kind"],
@@ -147,6 +151,10 @@ class Metrics:
     def lease_written(self, role: str, seconds: float) -> None:
         """A lease record of `role` was committed in `seconds`."""
         self.lease_writes.labels(role=role).observe(seconds)
+
+    def handed_over(self) -> None:
+        """This worker stepped down from a role to rebalance the group."""
+        self.handovers.inc()
 
     def event(self, kind: str) -> None:
         """The fold on this worker published one event of `kind`."""

@@ -66,6 +66,7 @@ VARIABLES: Mapping[str, str] = {
     "renew_interval": "COORDINATION_RENEW_INTERVAL",
     "challenge_stagger": "COORDINATION_CHALLENGE_STAGGER",
     "placement": "COORDINATION_PLACEMENT",
+    "rebalance_interval": "COORDINATION_REBALANCE_INTERVAL",
     "fencing": "COORDINATION_FENCING",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
@@ -133,6 +134,8 @@ class Settings:
     renew_interval: float = defaults.RENEW_INTERVAL
     challenge_stagger: float = defaults.CHALLENGE_STAGGER
     placement: str = defaults.PLACEMENT
+    rebalance_interval: float = 15.0
+    """Seconds between two handovers of one worker under ``balanced`` (0: never)."""
     fencing: str = defaults.FENCING
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
@@ -159,6 +162,15 @@ class Settings:
                              f"{', '.join(FENCINGS)} (docs/term-mode.md)")
         # Fail at start-up, not at the first election, on impossible timings.
         self.leadership_options  # noqa: B018  (validates)
+        if self.rebalance_interval < 0:
+            raise ValueError(f"COORDINATION_REBALANCE_INTERVAL={self.rebalance_interval} is "
+                             "negative; 0 turns rebalancing off")
+        if self.placement == "balanced" and 0 < self.rebalance_interval <= self.challenge_stagger:
+            raise ValueError(
+                f"COORDINATION_REBALANCE_INTERVAL ({self.rebalance_interval} s) must be above "
+                f"COORDINATION_CHALLENGE_STAGGER ({self.challenge_stagger} s), so a handover "
+                "has settled before the next plan counts it (docs/design.md#rebalancing); "
+                "0 turns rebalancing off")
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
         if self.log_format not in LOG_FORMATS:
@@ -203,6 +215,19 @@ class Settings:
         if self.member_id:
             return self.member_id
         return f"{socket.gethostname()}:{web_port or self.web_port}"
+
+    @property
+    def rebalancing_off(self) -> str | None:
+        """Why this worker does not rebalance its roles, or None if it does."""
+        if self.placement != "balanced":
+            return f"COORDINATION_PLACEMENT is {self.placement}, not balanced"
+        if self.rebalance_interval == 0:
+            return "COORDINATION_REBALANCE_INTERVAL is 0"
+        if self.term_mode:
+            # The plan counts holders by their leases on the state topic; a term-mode
+            # holder writes none there (its claims are on the terms topic).
+            return "term mode (COORDINATION_FENCING=term) has no leases to count holders by"
+        return None
 
     @property
     def term_mode(self) -> bool:

@@ -7,6 +7,8 @@ The JSON shapes are in docs/app.md#web-view.
     GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check)
     GET /events/                      the leadership events as server-sent events
                                       (every worker's, or ``scope=local``; app.event_stream)
+    GET /rebalance/                   the rebalancing plans and handovers, gathered from
+                                      every worker (``scope=local``: this worker's)
     GET /metrics                      this worker's Prometheus metrics
     GET /health                       liveness: member id, connected, roles (always 200)
     GET /ready                        readiness: 200 or 503, with the reasons (app.readiness)
@@ -29,6 +31,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from agents.rebalancing import rebalance_json
 from app.context import Context
 from app.dashboard import DASHBOARD_HTML
 from app.event_stream import stream_events
@@ -115,6 +118,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("/roles/{role}/", "role"),
     ("/roles/{role}/authoritative", "authoritative"),
     ("/events/", "events"),
+    ("/rebalance/", "rebalance"),
 )
 """Every endpoint: its path and the `Views` method that answers it."""
 
@@ -269,6 +273,32 @@ class Views:
         local = request.query.get("scope") == "local"
         return await stream_events(request, self.ctx.feed, roles=roles, session=self._session,
                                    peers=None if local else self._peers)
+
+    async def rebalance(self, request: web.Request) -> web.Response:
+        """Each worker's last rebalancing plan and recent handovers (``scope=local``:
+        this worker's), and every worker's handovers merged, oldest first."""
+        mine = rebalance_json(self.ctx)
+        if request.query.get("scope") == "local":
+            return web.json_response(mine)
+        workers = [mine]
+        unavailable: list[dict[str, Any]] = []
+
+        async def gather(url: str) -> None:
+            try:
+                status, body = await fetch_json(self._session, f"{url.rstrip('/')}/rebalance/"
+                                                "?scope=local")
+                if status != 200 or not isinstance(body, dict):
+                    raise Unreachable(f"answered {status}: {body}")
+                workers.append(body)
+            except Unreachable as exc:
+                unavailable.append({"worker": url, "error": str(exc)})
+
+        await asyncio.gather(*(gather(url) for url in self._peers()))
+        workers.sort(key=lambda worker: str(worker.get("member")))
+        moves = sorted((move for worker in workers for move in worker.get("moves", [])),
+                       key=lambda move: (move.get("at", 0), move.get("role", "")))
+        return web.json_response({"workers": workers, "moves": moves,
+                                  "unavailable": unavailable, "now": self.ctx.clock.now_ms()})
 
     def _peers(self) -> list[str]:
         return sorted(url for url in self.ctx.router.owners() if not self.ctx.router.is_self(url))

@@ -68,7 +68,7 @@ def test_install_adds_the_tables_topics_agents_and_views_beside_the_app_s_own():
                                "coordination-events-seen"}
     assert set(app.web.views) == {"/", "/health", "/ready", "/metrics", "/roles/",
                                   "/roles/{role}/", "/roles/{role}/authoritative",
-                                  "/events/"}
+                                  "/events/", "/rebalance/"}
     assert installation.roles == {}
 
 

@@ -76,3 +76,23 @@ def test_a_role_s_outputs_reach_its_options_in_term_mode_only():
     # only name Write ACLs for the start-up check.
     assert epoch.role_options(["out"]).outputs == ()
     assert epoch.role_options(["out"]).fencing == "epoch"
+
+
+def test_the_rebalance_interval_is_read_and_must_exceed_the_stagger_under_balanced():
+    assert Settings.from_env({}).rebalance_interval == 15.0
+    env = {"COORDINATION_PLACEMENT": "balanced", "COORDINATION_CHALLENGE_STAGGER": "2"}
+    assert Settings.from_env({**env, "COORDINATION_REBALANCE_INTERVAL": "2.5"}
+                             ).rebalance_interval == 2.5
+    with pytest.raises(ValueError, match="must be above COORDINATION_CHALLENGE_STAGGER"):
+        Settings.from_env({**env, "COORDINATION_REBALANCE_INTERVAL": "2"})
+    with pytest.raises(ValueError, match="negative"):
+        Settings.from_env({"COORDINATION_REBALANCE_INTERVAL": "-1"})
+    with pytest.raises(ValueError, match="not a number"):
+        Settings.from_env({"COORDINATION_REBALANCE_INTERVAL": "often"})
+
+
+def test_rebalancing_runs_only_under_balanced_epoch_placement_with_an_interval():
+    assert Settings(placement="balanced").rebalancing_off is None
+    assert "not balanced" in Settings().rebalancing_off
+    assert "is 0" in Settings(placement="balanced", rebalance_interval=0).rebalancing_off
+    assert "term mode" in Settings(placement="balanced", fencing="term").rebalancing_off

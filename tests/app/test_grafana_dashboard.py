@@ -73,6 +73,7 @@ def exported_names() -> set[str]:
     metrics.fenced("r")
     metrics.resigned("r")
     metrics.lost("r", "fenced")
+    metrics.handed_over()
     metrics.event("elected")
     metrics.skip(0, "malformed")
     # The fold lag's own source needs an assignment; any source shows the family.

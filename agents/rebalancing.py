@@ -1,0 +1,198 @@
+"""Rebalancing in the worker: the library's `coordination.Rebalancer` over this
+worker's runners, fed with every hosted role's state and the live members.
+
+Started by the role service once its runners exist, when
+``COORDINATION_PLACEMENT=balanced`` and ``COORDINATION_REBALANCE_INTERVAL``
+is not 0 (`Settings.rebalancing_off` says why not otherwise); every interval
+it plans and hands over at most one role (docs/design.md#rebalancing).
+
+- **The roles' states** come from the state topic itself, not from the
+  worker's table (`RoleStates`): the table holds only the partitions Faust
+  assigned to this worker, and it is in recovery, and the web view answers
+  503, exactly while a joining worker makes the group rebalance, which is
+  when the plan matters. The library's `describe_roles` gives every hosted
+  role's state once, and `watch_roles` (read-only: it registers nothing)
+  keeps it current; both fold with the election's own rule
+  (docs/decisions.md).
+- **The live members** (`live_members`) are the workers of the Faust
+  consumer group (the partition owners the web view routes by; Kafka's
+  group coordinator drops a dead one after the session timeout) whose web
+  view answers ``GET /health`` now, by the member id it names. A member
+  counted live wrongly costs one stagger: the role it is handed goes to the
+  next member in order when it does not claim it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from app.context import Context
+from app.routing import Unreachable, fetch_json
+from coordination import (
+    Move,
+    Rebalancer,
+    RoleState,
+    StateReader,
+    describe_roles,
+    watch_roles,
+)
+
+__all__ = ["HEALTH_TIMEOUT", "RETRY", "RoleStates", "WorkerRebalancing", "live_members",
+           "move_json", "rebalance_json"]
+
+log = logging.getLogger("agents.rebalancing")
+
+HEALTH_TIMEOUT = 2.0
+"""Seconds a peer's ``GET /health`` may take before it counts as not live."""
+RETRY = 2.0
+"""Seconds before the state topic is read again after the watch failed."""
+
+LiveSource = Callable[[], Awaitable[set[str]]]
+
+
+class RoleStates:
+    """The hosted roles' states, read from the state topic and kept current.
+
+    `ready` is False until the first full read is in (and again after the
+    watch failed, until the next one): a plan from half a picture would
+    count too few holders.
+    """
+
+    def __init__(self, reader: StateReader, partitions: int, roles: Collection[str]) -> None:
+        self._reader = reader
+        self._partitions = partitions
+        self._roles = frozenset(roles)
+        self.states: dict[str, RoleState] = {}
+        self.ready = False
+
+    async def follow(self, retry: Callable[[], Awaitable[None]]) -> None:
+        """Read every hosted role's state, then follow its changes, until cancelled;
+        after a failure (the broker unreachable) wait for `retry()` and read again."""
+        while True:
+            try:
+                await self._follow_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.ready = False
+                log.warning("rebalancing: reading the roles' states failed (%r); "
+                            "reading again", exc)
+                await retry()
+
+    async def _follow_once(self) -> None:
+        # The watch starts first, at the topic's end as it is now; the full read
+        # that follows ends at or after that point, so no change falls between.
+        async with watch_roles(self._reader, self._partitions, roles=self._roles,
+                               since="now") as watch:
+            described = await describe_roles(self._reader, self._partitions)
+            self.states = {state.role: state for state in described
+                           if state.role in self._roles}
+            self.ready = True
+            async for change in watch:
+                self.states[change.role] = change.state
+
+
+async def live_members(ctx: Context) -> set[str]:
+    """This worker and every other worker of the Faust group whose web view answers
+    ``GET /health`` now, by member id."""
+    live = {ctx.member}
+    session = ctx.http or ctx.app.http_client
+
+    async def ask(url: str) -> None:
+        try:
+            status, body = await fetch_json(session, f"{url.rstrip('/')}/health",
+                                            HEALTH_TIMEOUT)
+        except Unreachable:
+            return
+        if status == 200 and isinstance(body, dict) and isinstance(body.get("member"), str):
+            live.add(body["member"])
+
+    await asyncio.gather(*(ask(url) for url in ctx.router.owners()
+                           if not ctx.router.is_self(url)))
+    return live
+
+
+def move_json(move: Move) -> dict[str, Any]:
+    """One handover as ``GET /rebalance/`` shows it."""
+    return {"role": move.role, "from": move.giver, "to": move.taker, "reason": move.reason,
+            "at": move.at_ms}
+
+
+def rebalance_json(ctx: Context) -> dict[str, Any]:
+    """This worker's part of ``GET /rebalance/`` (docs/app.md#web-view)."""
+    rebalancer = ctx.rebalancer
+    off = ctx.settings.rebalancing_off
+    return {
+        "member": ctx.member,
+        "enabled": off is None,
+        "off": off,
+        "interval": ctx.settings.rebalance_interval,
+        "plan": None if rebalancer is None or rebalancer.last_plan is None
+        else rebalancer.last_plan.to_json(),
+        "moves": [] if rebalancer is None else [move_json(m) for m in rebalancer.moves],
+    }
+
+
+class WorkerRebalancing:
+    """The worker's `Rebalancer`: its runners, `RoleStates` and `live_members`.
+
+    `live` replaces `live_members` (tests give a fixed set).
+    """
+
+    def __init__(self, ctx: Context, reader: StateReader,
+                 live: LiveSource | None = None) -> None:
+        self.ctx = ctx
+        self.states = RoleStates(reader, ctx.partitions, ctx.runners)
+        self._live_source = live or (lambda: live_members(ctx))
+        self._live: set[str] = {ctx.member}
+        self.rebalancer = Rebalancer(ctx.member, ctx.runners, self._states, lambda: self._live,
+                                     ctx.clock, interval=ctx.settings.rebalance_interval)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _states(self) -> Mapping[str, RoleState]:
+        return self.states.states
+
+    def start(self) -> None:
+        """Follow the states and plan every interval, in tasks of their own."""
+        self.ctx.rebalancer = self.rebalancer
+        self._tasks = [asyncio.create_task(self.states.follow(self._retry),
+                                           name="rebalancing: role states"),
+                       asyncio.create_task(self._run(), name="rebalancing: plans")]
+
+    async def _retry(self) -> None:
+        clock = self.ctx.clock
+        await clock.sleep_until_monotonic(clock.monotonic_ms() + round(RETRY * 1000))
+
+    async def _run(self) -> None:
+        clock = self.ctx.clock
+        interval_ms = round(self.rebalancer.interval * 1000)
+        while True:
+            await clock.sleep_until_monotonic(clock.monotonic_ms() + interval_ms)
+            try:
+                await self.step()
+            except Exception:  # a bug here must not end the worker's rebalancing for good
+                log.exception("rebalancing: a plan failed; planning again next interval")
+
+    async def step(self) -> Move | None:
+        """Learn who is live, then plan and make at most one handover (none
+        while the states are not read yet)."""
+        if not self.states.ready:
+            return None
+        self._live = await self._live_source()
+        move = self.rebalancer.step()
+        if move is not None:
+            self.ctx.metrics.handed_over()
+        return move
+
+    async def stop(self) -> None:
+        """Stop planning (before the runners stop: no handover during a shutdown)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
