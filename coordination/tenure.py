@@ -134,7 +134,7 @@ class Leadership(abc.ABC):
         self._sent_wall = sent_wall_ms
         self._hand_back: asyncio.Future[None] | None = None
         self.err: BaseException | None = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task[None]] = []
 
     def _start_tasks(self, *extra: tuple[str, Callable[[], Coroutine[Any, Any, None]]]
@@ -153,6 +153,16 @@ class Leadership(abc.ABC):
     def state(self) -> TenureState:
         """The tenure's lifecycle state."""
         return self._state
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        """Completes when the tenure is ENDED.
+
+        Shielded: a role function that awaits it and is cancelled (as the
+        runner cancels it at the end of a tenure) cancels only its own wait,
+        never the tenure's end, which every other waiter relies on.
+        """
+        return asyncio.shield(self._done)
 
     @property
     def fence_deadline_monotonic(self) -> int:
@@ -289,7 +299,7 @@ class Leadership(abc.ABC):
             awaitable.close()
         self._raise_if_over()
         work = asyncio.ensure_future(awaitable)
-        waiters: list[asyncio.Future[Any]] = [work, self.done]
+        waiters: list[asyncio.Future[Any]] = [work, self._done]
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -319,7 +329,7 @@ class Leadership(abc.ABC):
                 log.exception("%s: the renewal observer failed", self.role)
 
     async def _renew_loop(self) -> None:
-        while not self.done.done():
+        while not self._done.done():
             await self._clock.sleep_until_monotonic(self._sent_mono + self.options.renew_ms)
             await self._renew()
 
@@ -363,7 +373,7 @@ class Leadership(abc.ABC):
         `TransportError` only postpones the check; any other error ends the
         tenure.
         """
-        while not self.done.done():
+        while not self._done.done():
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
                                                     + TOPIC_RECHECK_MS)
             try:
@@ -396,7 +406,7 @@ class Leadership(abc.ABC):
             return
         self._move(TenureState.ENDED)
         self.err = err
-        self.done.set_result(None)
+        self._done.set_result(None)
         if err is not None:
             log.warning("%s: tenure of %s ended: %s", self.role, self.token, err)
         current = asyncio.current_task()

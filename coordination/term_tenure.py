@@ -220,7 +220,7 @@ class TermLeadership(Leadership):
         A `TransportError` of the tail only delays the news: the fence
         deadline still ends a leader that cannot read its partition.
         """
-        while not self.done.done():
+        while not self._done.done():
             try:
                 await self._follower.wait(None)
             except Exception as exc:

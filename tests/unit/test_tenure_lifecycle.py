@@ -216,6 +216,26 @@ async def test_a_runner_stopped_while_campaigning_leaves_no_leader():
         assert intervals.running == set()
 
 
+async def test_a_function_that_waits_for_its_tenure_to_end_is_stopped_cleanly():
+    cluster = Cluster()
+    waited: list[Leadership] = []
+
+    async def wait_for_the_end(leadership: Leadership) -> None:
+        waited.append(leadership)
+        await leadership.done  # the runner cancels this wait at the end of the tenure
+
+    runner = LeaderRunner(cluster.transport(), ROLE, "a", wait_for_the_end, options=OPTIONS,
+                          clock=cluster.clock)
+    runner.start()
+    await cluster.until(lambda: runner.running, within=1)
+    await cluster.stop_runners(runner)
+    (leadership,) = waited
+    assert leadership.state is TenureState.ENDED
+    assert leadership.err is None
+    assert leadership.done.done() and not leadership.done.cancelled()
+    assert runner.last_stop is not None and runner.last_stop.reason == "stopped"
+
+
 # Local deadlines run on the monotonic clock.
 
 
