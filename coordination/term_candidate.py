@@ -15,7 +15,6 @@ the referee.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from coordination.clock import Clock
@@ -115,23 +114,21 @@ class _TermCandidate:
 
     async def _wait(self, until_monotonic_ms: int | None) -> None:
         """Until the roster or the terms partition changes, or the instant comes."""
-        roster = asyncio.ensure_future(self.roster.wait(None))
-        terms = asyncio.ensure_future(self.terms.wait(until_monotonic_ms))
+        waiting = (asyncio.ensure_future(self.roster.wait(None)),
+                   asyncio.ensure_future(self.terms.wait(until_monotonic_ms)))
         try:
-            await asyncio.wait({roster, terms}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # Each follower keeps its pending read across a cancelled wait.
-            for waiting in (roster, terms):
-                if not waiting.done():
-                    waiting.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await waiting
-        # Both outcomes are taken before either error is raised: a follower's
-        # error left unread would be reported by asyncio as never retrieved.
-        errors = [waiting.exception() for waiting in (roster, terms) if not waiting.cancelled()]
-        for error in errors:
-            if error is not None:
-                raise error  # a follower's TransportError goes to the caller
+            # Each follower keeps its pending read across a cancelled wait. Every
+            # outcome is taken, also when this wait is cancelled: an error left
+            # unread would be reported by asyncio as never retrieved.
+            for task in waiting:
+                if not task.done():
+                    task.cancel()
+            outcomes = await asyncio.gather(*waiting, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome  # a follower's TransportError goes to the caller
 
     async def _register(self) -> None:
         """Append a registration: every incarnation of a member joins at the tail."""
