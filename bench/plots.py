@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COLORS = {"krabka": "tab:blue", "etcd": "tab:orange", "zookeeper": "tab:green",
-          "aiokafka-raw": "tab:gray", "orjson": "tab:gray"}
+COLORS = {"krabka": "tab:blue", "krabka-term": "tab:purple", "etcd": "tab:orange",
+          "zookeeper": "tab:green", "aiokafka-raw": "tab:gray", "orjson": "tab:gray"}
 
 
 def _ecdf(ax: Any, rows: list[dict[str, Any]], title: str, xlabel: str, *,
