@@ -6,11 +6,13 @@ loopback in a temporary folder (peers from the Debian packages ``etcd-server``
 and ``zookeeper``; skipped, loudly, when absent), runs the figures with the
 same lease / TTL / session timeout for every system (3 s, renew 1 s, stagger
 0.5 s), alternating systems trial by trial, prints a table with the ratio
-ours/peer and stops every process it started by PID, also on failure.
+ours/peer and stops every process it started by PID, also on failure. The
+election figures run krabka once per fencing mode (``--fencing epoch,term``;
+term mode's rows are system ``krabka-term``).
 
 Modules: `cli` (entry point), `context` (shared run state and workers),
 `figures` (codec, authority-check, graceful-handover, crash-failover and
-deadline-overshoot, zombie-writes), `scale` + `scale_worker` (roles-scale),
+deadline-overshoot, zombie-writes, zombie-in-flight), `scale` + `scale_worker` (roles-scale),
 `fold` (fold-throughput), `worker` (one candidate process of any system),
 `peers` (the etcd and ZooKeeper election recipes), `services` (the servers),
 `procs` (child processes), `stats` (summaries, JSON, table), `plots` (PNG).

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench import procs
-from bench.context import SYSTEMS, Bench, Timing
+from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
 from bench.services import (
     Etcd,
     Kafka,
@@ -33,11 +33,12 @@ from bench.stats import table
 # Figures in the priority order; `all` runs them in this order.
 # roles-scale runs last: at its largest N it may exhaust the broker's resources.
 FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-           "fold-throughput", "roles-scale")
+           "zombie-in-flight", "fold-throughput", "roles-scale")
+# The election figures that run krabka once per fencing mode (--fencing).
+BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
-NEEDS_KAFKA = {"authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-               "roles-scale", "fold-throughput"}
-WITH_PEERS = {"authority-check", "graceful-handover", "crash-failover", "zombie-writes"}
+NEEDS_KAFKA = {"authority-check", "roles-scale", "fold-throughput", *BY_FENCING}
+WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
 def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
@@ -49,6 +50,7 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "graceful-handover": figures.graceful_handover,
         "crash-failover": figures.crash_failover,
         "zombie-writes": figures.zombie_writes,
+        "zombie-in-flight": figures.zombie_in_flight,
         "roles-scale": scale.roles_scale,
         "fold-throughput": fold.fold_throughput,
     }[name]
@@ -67,6 +69,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of krabka,etcd,zookeeper")
+    p.add_argument("--fencing", default=",".join(FENCING_SYSTEMS),
+                   help="krabka's fencing modes in graceful-handover, crash-failover, "
+                        "zombie-writes and zombie-in-flight: comma-separated subset of "
+                        "epoch,term (default both; term mode's rows are system krabka-term); "
+                        "the other figures are epoch mode's")
     p.add_argument("--bootstrap-servers", default=None,
                    help="use this Kafka instead of starting one (e.g. the test suite's)")
     p.add_argument("--kafka-port", type=int, default=Ports.kafka)
@@ -113,9 +120,14 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise SystemExit(f"unknown systems {sorted(unknown)}")
+    fencings = [f.strip() for f in args.fencing.split(",") if f.strip()]
+    if not fencings or set(fencings) - set(FENCING_SYSTEMS):
+        raise SystemExit(f"--fencing must name one or more of {', '.join(FENCING_SYSTEMS)}, "
+                         f"got {args.fencing!r}")
     trials = args.trials or (3 if args.quick else 30)
     bench = Bench(folder, trials, args.quick, Timing(args.lease, args.renew, args.stagger),
                   systems=[])
+    bench.fencings = [f for f in FENCING_SYSTEMS if f in fencings]
     bench.write_interval = args.write_interval
     bench.tail_wait_ms = args.tail_wait_ms
     bench.scale_roles = ([int(n) for n in args.scale_roles.split(",")] if args.scale_roles
@@ -142,6 +154,8 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                 bench.bootstrap = kafka.start()
                 bench.kafka_pids = kafka.pids()
             await bench.create_topic(bench.state_topic, bench.partitions, compact=True)
+            if "term" in bench.fencings and BY_FENCING & set(wanted):
+                await bench.create_topic(bench.terms_topic, bench.partitions, compact=True)
         for peer, missing, start in (
             ("etcd", etcd_missing, lambda: Etcd(folder / "etcd", args.etcd_port,
                                                 args.etcd_peer_port)),
@@ -167,8 +181,9 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                 bench.versions["zookeeper"] = zookeeper_version()
             bench.systems.append(peer)
         for name in wanted:
+            systems_of = bench.contenders() if name in BY_FENCING else bench.systems
             print(f"bench: figure {name} ({bench.trials} trials; systems "
-                  f"{','.join(bench.systems)})", flush=True)
+                  f"{','.join(systems_of)})", flush=True)
             started = time.monotonic()
             await figure_runner(name)(bench)
             print(f"bench: figure {name} took {time.monotonic() - started:.0f} s", flush=True)
@@ -185,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(procs.stop_all)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
+    # The machine may be shared: the load around the run goes with its results.
+    load_before = os.getloadavg()
     try:
         bench = asyncio.run(run(args, folder))
     finally:
@@ -194,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"bench: kept {folder}", file=sys.stderr)
     elapsed = time.monotonic() - started
+    load_after = os.getloadavg()
     print()
     print(table(bench.results))
     if bench.skipped:
@@ -208,12 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         meta.write_text(json.dumps({
             "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "machine": machine(), "skipped": bench.skipped, "seconds": round(elapsed),
-            "trials": bench.trials, "versions": bench.versions}, indent=1) + "\n")
+            "trials": bench.trials, "versions": bench.versions, "fencing": bench.fencings,
+            "load_average": {"before": [round(x, 2) for x in load_before],
+                             "after": [round(x, 2) for x in load_after],
+                             "what": "1, 5 and 15 minute load averages (os.getloadavg)"}},
+            indent=1) + "\n")
         print(f"bench: wrote {args.json} and {meta}")
     if args.plots is not None:
         from bench.plots import plot_all
 
         for path in plot_all([r.to_json() for r in bench.results], args.plots):
             print(f"bench: plot {path}")
-    print(f"bench: {elapsed:.0f} s")
+    print(f"bench: {elapsed:.0f} s; load average before {load_before[0]:.2f}, "
+          f"after {load_after[0]:.2f}")
     return 0

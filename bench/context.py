@@ -15,6 +15,18 @@ from bench import procs
 from bench.stats import Result
 
 SYSTEMS = ("krabka", "etcd", "zookeeper")
+# krabka's fencing modes in the election figures (graceful-handover,
+# crash-failover, zombie-writes): each runs as a system of its own there, so
+# the same scenario code alternates it trial by trial with the peers.
+FENCING_SYSTEMS = {"epoch": "krabka", "term": "krabka-term"}
+
+
+def fencing_of(system: str) -> str | None:
+    """The krabka fencing mode `system` runs, or None for a peer."""
+    for mode, name in FENCING_SYSTEMS.items():
+        if name == system:
+            return mode
+    return None
 
 
 @dataclass
@@ -39,6 +51,8 @@ class Bench:
     zookeeper: str = ""
     partitions: int = 4
     state_topic: str = ""
+    terms_topic: str = ""
+    fencings: list[str] = field(default_factory=lambda: ["epoch"])
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     results: list[Result] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
@@ -51,6 +65,7 @@ class Bench:
 
     def __post_init__(self) -> None:
         self.state_topic = f"bench-state-{self.run_id}"
+        self.terms_topic = f"bench-terms-{self.run_id}"
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
 
     def config(self, **more: Any) -> dict[str, Any]:
@@ -61,6 +76,12 @@ class Bench:
 
     def active(self, wanted: tuple[str, ...] = SYSTEMS) -> list[str]:
         return [s for s in self.systems if s in wanted]
+
+    def contenders(self) -> list[str]:
+        """The systems of the election figures: krabka once per fencing mode, then the peers."""
+        ours = ([FENCING_SYSTEMS[mode] for mode in self.fencings]
+                if "krabka" in self.systems else [])
+        return ours + [s for s in self.systems if fencing_of(s) is None]
 
     def add(self, result: Result) -> None:
         self.results.append(result)
@@ -83,7 +104,9 @@ class Bench:
     def worker(self, system: str, role: str, member: str, output: str,
                interval: float | None = None) -> procs.Child:
         t = self.timing
-        args = ["--system", system, "--role", role, "--member", member,
+        fencing = fencing_of(system)
+        args = ["--system", "krabka" if fencing else system, "--role", role, "--member", member,
+                "--fencing", fencing or "epoch", "--terms-topic", self.terms_topic,
                 "--bootstrap-servers", self.bootstrap, "--state-topic", self.state_topic,
                 "--partitions", str(self.partitions), "--output", output,
                 "--lease", str(t.lease), "--renew", str(t.renew), "--stagger", str(t.stagger),
@@ -140,8 +163,20 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
-async def read_output(bootstrap: str, topic: str) -> list[tuple[int, dict[str, Any]]]:
-    """Every committed record of partition 0 of `topic`: (append time ms, JSON value)."""
+@dataclass(frozen=True)
+class OutputRecord:
+    """One record of an output topic's partition 0, as a reader sees it."""
+
+    offset: int
+    timestamp: int
+    """The broker's LogAppendTime (the zombie topics are created with it), ms."""
+    headers: tuple[tuple[str, bytes], ...]
+    value: dict[str, Any] | None
+    """The worker's JSON record; None for anything else (a term barrier)."""
+
+
+async def read_output(bootstrap: str, topic: str) -> list[OutputRecord]:
+    """Every committed record of partition 0 of `topic`, in offset order."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
@@ -157,8 +192,12 @@ async def read_output(bootstrap: str, topic: str) -> list[tuple[int, dict[str, A
         while await consumer.position(tp) < end and time.monotonic() < deadline:
             batch = await consumer.getmany(tp, timeout_ms=500)
             for record in batch.get(tp, []):
-                with contextlib.suppress(ValueError):
-                    out.append((record.timestamp, json.loads(record.value)))
+                value = None
+                with contextlib.suppress(ValueError, TypeError):
+                    value = json.loads(record.value)
+                out.append(OutputRecord(record.offset, record.timestamp,
+                                        tuple(record.headers),
+                                        value if isinstance(value, dict) else None))
         return out
     finally:
         await consumer.stop()

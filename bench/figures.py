@@ -4,7 +4,9 @@ crash-failover (+ deadline-overshoot) and zombie-writes.
 Every comparison alternates systems trial by trial in one invocation. Each
 trial of the process figures uses a fresh role (a fresh etcd prefix,
 ZooKeeper path) with exactly one leader and one standby, so the standby is
-first in line in every system.
+first in line in every system. The three process figures run krabka once
+per fencing mode (`Bench.contenders`: ``krabka`` is epoch mode,
+``krabka-term`` term mode), through the same trial code.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from bench.context import Bench, now_ms, read_output, stop, wait
+from bench.context import Bench, OutputRecord, fencing_of, now_ms, read_output, stop, wait
 from bench.stats import Result
 
 # --------------------------------------------------------------------------- helpers
@@ -191,9 +194,21 @@ async def authority_check(bench: Bench) -> None:
 # --------------------------------------------------------------------------- graceful-handover
 
 
+def _end_point(system: str) -> str:
+    """Where the time figures stop the clock for `system`."""
+    fencing = fencing_of(system)
+    if fencing == "epoch":
+        return "the new leader's first committed guarded write"
+    if fencing == "term":
+        return ("the new leader's first record acknowledged (stamped with its term, after "
+                "its barrier)")
+    return "the new leader's 'became leader'"
+
+
+
 async def graceful_handover(bench: Bench) -> None:
     """resign() on the leader to the new leader's first committed write (peers: leading)."""
-    systems = bench.active()
+    systems = bench.contenders()
     output = f"bench-handover-{bench.run_id}"
     await bench.create_topic(output, 1)
     handover: dict[str, list[float]] = {s: [] for s in systems}
@@ -207,7 +222,7 @@ async def graceful_handover(bench: Bench) -> None:
             a.signal(signal.SIGUSR1)
             resigning = await wait(a, "resigning", 15)
             leading = await wait(b, "leading", 30)
-            end = await wait(b, "wrote", 30) if system == "krabka" else leading
+            end = await wait(b, "wrote", 30) if fencing_of(system) else leading
             resigned = await wait(a, "resigned", 15)
             handover[system].append(end["t"] - resigning["t"])
             to_leading[system].append(leading["t"] - resigning["t"])
@@ -217,13 +232,11 @@ async def graceful_handover(bench: Bench) -> None:
 
     failures = await alternate(bench, "graceful-handover", systems, trial)
     for system in systems:
-        end = ("the new leader's first committed guarded write" if system == "krabka"
-               else "the new leader's 'became leader'")
         bench.add(Result(
             "graceful-handover", system, "ms", handover[system],
-            bench.config(start="the old leader calls resign", end=end,
-                         write_interval_s=bench.write_interval,
-                         tail_wait_ms=bench.tail_wait_ms if system == "krabka" else None),
+            bench.config(start="the old leader calls resign", end=_end_point(system),
+                         write_interval_s=bench.write_interval, fencing=fencing_of(system),
+                         tail_wait_ms=bench.tail_wait_ms if fencing_of(system) else None),
             extra={"to_leading_ms": to_leading[system],
                    "resign_call_ms": resign_call[system], "failures": failures[system]}))
 
@@ -248,9 +261,38 @@ async def _last_krabka_deadline(bench: Bench, role: str, member: str) -> int | N
     return deadline
 
 
+async def _last_term_deadline(bench: Bench, role: str, member: str) -> int | None:
+    """The killed leader's last sign of life on the terms topic (its claim or last
+    heartbeat, by its own wall clock) plus the election timeout."""
+    from coordination import (
+        TermKind,
+        decode_claim,
+        decode_heartbeat,
+        decode_term_key,
+        role_partition,
+    )
+    from coordination.kafka import KafkaTransport
+
+    async with KafkaTransport(bench.bootstrap, topic=bench.state_topic,
+                              terms_topic=bench.terms_topic) as transport:
+        read = await transport.read_terms(role_partition(role, bench.partitions))
+    last = None
+    for record in read.records:
+        key = decode_term_key(record.key)
+        if key.role != role or not record.value:
+            continue
+        if key.kind == TermKind.CLAIM and key.member == member:
+            last = decode_claim(record.value).claimed_at
+        elif key.kind == TermKind.HEARTBEAT:
+            heartbeat = decode_heartbeat(record.value)
+            if heartbeat.member == member:
+                last = heartbeat.sent_at
+    return None if last is None else last + int(bench.timing.lease * 1000)
+
+
 async def crash_failover(bench: Bench) -> None:
     """SIGKILL of the leader to the new leader's first committed write (peers: leading)."""
-    systems = bench.active()
+    systems = bench.contenders()
     output = f"bench-crash-{bench.run_id}"
     await bench.create_topic(output, 1)
     failover: dict[str, list[float]] = {s: [] for s in systems}
@@ -267,12 +309,14 @@ async def crash_failover(bench: Bench) -> None:
             t_kill = now_ms()
             a.kill()
             leading = await wait(b, "leading", bench.timing.lease * 4 + 30)
-            end = await wait(b, "wrote", 30) if system == "krabka" else leading
+            end = await wait(b, "wrote", 30) if fencing_of(system) else leading
             failover[system].append(end["t"] - t_kill)
             to_leading[system].append(leading["t"] - t_kill)
             deadline: float | None = None
-            if system == "krabka":
-                found = await _last_krabka_deadline(bench, role, "a")
+            if fencing_of(system) is not None:
+                found = await (_last_krabka_deadline(bench, role, "a")
+                               if fencing_of(system) == "epoch"
+                               else _last_term_deadline(bench, role, "a"))
                 deadline = None if found is None else float(found)
             elif system == "etcd":
                 renewals = [e["t"] for e in a.events if e.get("event") == "renewed"
@@ -286,12 +330,11 @@ async def crash_failover(bench: Bench) -> None:
 
     failures = await alternate(bench, "crash-failover", systems, trial)
     for system in systems:
-        end = ("the new leader's first committed guarded write" if system == "krabka"
-               else "the new leader's 'became leader'")
         bench.add(Result(
             "crash-failover", system, "ms", failover[system],
             bench.config(start="SIGKILL of the leader process (at a random phase of the "
-                               "renew interval)", end=end, standbys=1),
+                               "renew interval)", end=_end_point(system), standbys=1,
+                         fencing=fencing_of(system)),
             extra={"to_leading_ms": to_leading[system], "failures": failures[system]}))
     for system in systems:
         if system == "zookeeper":
@@ -299,37 +342,97 @@ async def crash_failover(bench: Bench) -> None:
                               "the session deadline is the server's (last packet heard), "
                               "which kazoo does not expose")
             continue
-        deadline = ("the deadline of the last committed lease record of the killed leader"
-                    if system == "krabka" else
-                    "the killed leader's last answered keep-alive + TTL")
+        deadline = {
+            "epoch": "the deadline of the last committed lease record of the killed leader",
+            "term": "the killed leader's last heartbeat (or claim) on the terms topic, by "
+                    "its sent_at, + the election timeout",
+        }.get(fencing_of(system) or "", "the killed leader's last answered keep-alive + TTL")
         bench.add(Result(
             "deadline-overshoot", system, "ms", overshoot[system],
-            bench.config(start=deadline,
-                         end="the failover end point of crash-failover"),
+            bench.config(start=deadline, end="the failover end point of crash-failover",
+                         fencing=fencing_of(system)),
             extra={"to_leading_ms": overshoot_leading[system]}))
 
 
 # --------------------------------------------------------------------------- zombie-writes
 
 
+@dataclass
+class _TermVerdicts:
+    """What a `TermFilter` reader made of one trial's zombie records (term mode)."""
+
+    dropped: int
+    passed_after_barrier: int
+
+
+def _filter_zombie(records: list[OutputRecord], topic: str, role: str, member: str,
+                   successor_term: int) -> _TermVerdicts:
+    """Read the whole partition through a `TermFilter`, in offset order, as a reader
+    from the start does; count the zombie's records it dropped, and those it passed
+    after the successor's barrier (term mode promises none)."""
+    from coordination import TERM_HEADER, TermFilter, decode_term_header
+
+    reader = TermFilter(fenced_topics=[topic])
+    barrier_seen = False
+    dropped = passed_after_barrier = 0
+    for record in records:
+        verdict = reader.admit(topic, 0, record.headers)
+        if verdict == "barrier":
+            stamp = decode_term_header(dict(record.headers)[TERM_HEADER])
+            barrier_seen = barrier_seen or (stamp.role == role and stamp.term >= successor_term)
+        if record.value is None or record.value.get("member") != member:
+            continue
+        if verdict == "drop":
+            dropped += 1
+        elif verdict == "pass" and barrier_seen:
+            passed_after_barrier += 1
+    return _TermVerdicts(dropped, passed_after_barrier)
+
+
 async def zombie_writes(bench: Bench) -> None:
     """SIGSTOP the leader past the lease, SIGCONT after the standby leads: count its
-    writes the shared output accepted after the new leader was elected."""
-    systems = bench.active()
-    outputs = {s: f"bench-zombie-{s}-{bench.run_id}" for s in systems}
+    writes the shared output accepted after the new leader was elected; in term mode
+    also what a `TermFilter` reader did with them."""
+    await _zombies(bench, "zombie-writes", in_flight=False)
+
+
+async def zombie_in_flight(bench: Bench) -> None:
+    """zombie-writes with the pause inside a write: after the leader's last check of
+    its leadership, before the record reaches the broker (the worker stops itself)."""
+    await _zombies(bench, "zombie-in-flight", in_flight=True)
+
+
+PAUSES = {
+    False: "SIGSTOP (at a random phase of the renew interval) until the standby leads, "
+           "+0.3 s, then SIGCONT",
+    True: "the worker stops itself (SIGSTOP) inside its next write, after the leader's last "
+          "check (krabka: the tenure's; peers: the recipe's) and before the record goes to "
+          "the broker (epoch mode: before the commit); SIGCONT 0.3 s after the standby leads",
+}
+
+
+async def _zombies(bench: Bench, figure: str, *, in_flight: bool) -> None:
+    systems = bench.contenders()
+    outputs = {s: f"bench-{figure}-{s}-{bench.run_id}" for s in systems}
     for topic in outputs.values():
         await bench.create_topic(topic, 1, log_append_time=True)
     counts: dict[str, list[float]] = {s: [] for s in systems}
     notice: dict[str, list[float]] = {s: [] for s in systems}
     never_noticed: dict[str, int] = dict.fromkeys(systems, 0)
+    dropped: dict[str, list[float]] = {s: [] for s in systems}
+    passed_after_barrier: dict[str, list[float]] = {s: [] for s in systems}
 
     async def trial(system: str, i: int) -> None:
-        role = bench.role("zombie", f"{system}-{i}")
+        role = bench.role(figure, f"{system}-{i}")
         member = f"a{i}"
         a, b = await bench.pair(system, role, outputs[system], members=(member, f"b{i}"))
         try:
             await asyncio.sleep(random.uniform(0, bench.timing.renew))
-            a.signal(signal.SIGSTOP)
+            if in_flight:
+                a.signal(signal.SIGUSR2)
+                await wait(a, "pausing", 10)
+            else:
+                a.signal(signal.SIGSTOP)
             leading = await wait(b, "leading", bench.timing.lease * 4 + 30)
             await asyncio.sleep(0.3)
             t_cont = now_ms()
@@ -343,26 +446,54 @@ async def zombie_writes(bench: Bench) -> None:
         finally:
             await stop(a, b)
         records = await read_output(bench.bootstrap, outputs[system])
-        zombies = {value.get("seq") for ts, value in records
-                   if value.get("member") == member and ts >= int(leading["t"])}
+        zombies = {r.value.get("seq") for r in records
+                   if r.value is not None and r.value.get("member") == member
+                   and r.timestamp >= int(leading["t"])}
         counts[system].append(float(len(zombies)))
+        if fencing_of(system) == "term":
+            verdicts = _filter_zombie(records, outputs[system], role, member, leading["term"])
+            dropped[system].append(float(verdicts.dropped))
+            passed_after_barrier[system].append(float(verdicts.passed_after_barrier))
 
-    failures = await alternate(bench, "zombie-writes", systems, trial)
+    failures = await alternate(bench, figure, systems, trial)
+    writers = {
+        "epoch": "guarded transactions through the role's fenced producer",
+        "term": "term-mode transactions: the role's records stamped with its term, through "
+                "an idempotent (not transactional) producer, after the term's barrier",
+    }
     for system in systems:
-        guard = ("guarded transactions through the role's fenced producer" if system == "krabka"
-                 else "a plain idempotent producer, each write after the recipe's own "
-                      "leadership check")
+        fencing = fencing_of(system)
         values = counts[system]
         bench.add(Result(
-            "zombie-writes", system, "writes", values,
-            bench.config(pause="SIGSTOP until the standby leads, +0.3 s, then SIGCONT",
+            figure, system, "writes", values,
+            bench.config(pause=PAUSES[in_flight],
                          counted="old leader's records committed to the output topic with "
                                  "a LogAppendTime at or after the new leader's 'leading'",
-                         write_interval_s=bench.write_interval, writer=guard),
+                         write_interval_s=bench.write_interval, fencing=fencing,
+                         writer=writers.get(fencing or "",
+                                            "a plain idempotent producer, each write after "
+                                            "the recipe's own leadership check")),
             metric="accepted",
             extra={"trials_with_zombie_writes": sum(1 for v in values if v > 0),
                    "failures": failures[system]}))
+        if fencing == "term":
+            bench.add(Result(
+                figure, system, "writes", dropped[system],
+                bench.config(reader="coordination.TermFilter over the whole partition in "
+                                    "offset order, the output topic given as fenced",
+                             counted="old leader's data records the filter dropped (stale "
+                                     "term)", fencing=fencing),
+                metric="dropped",
+                extra={"trials_with_drops": sum(1 for v in dropped[system] if v > 0)}))
+            bench.add(Result(
+                figure, system, "writes", passed_after_barrier[system],
+                bench.config(reader="coordination.TermFilter, as for dropped",
+                             counted="old leader's data records the filter passed after the "
+                                     "new term's barrier (term mode's guarantee: none)",
+                             fencing=fencing),
+                metric="passed-after-barrier"))
         bench.add(Result(
-            "zombie-writes", system, "ms", notice[system],
-            bench.config(start="SIGCONT", end="the old leader reports it lost the role"),
+            figure, system, "ms", notice[system],
+            bench.config(start="SIGCONT", end="the old leader reports it lost the role",
+                         fencing=fencing),
             metric="notice", extra={"never_noticed_within_10s": never_noticed[system]}))

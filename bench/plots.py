@@ -1,7 +1,8 @@
 """PNG plots of a run's JSON: ``python -m bench.plots RESULTS.json OUTDIR``.
 
 Empirical CDFs of the time figures (crash failover, overshoot, graceful
-handover, authority check), zombie writes per trial and roles-scale curves.
+handover, authority check), zombie writes per trial (both zombie figures; term
+mode's legend adds what `TermFilter` dropped) and roles-scale curves.
 Needs matplotlib (the bench extra).
 """
 
@@ -13,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COLORS = {"krabka": "tab:blue", "etcd": "tab:orange", "zookeeper": "tab:green",
-          "aiokafka-raw": "tab:gray", "orjson": "tab:gray"}
+COLORS = {"krabka": "tab:blue", "krabka-term": "tab:purple", "etcd": "tab:orange",
+          "zookeeper": "tab:green", "aiokafka-raw": "tab:gray", "orjson": "tab:gray"}
 
 
 def _ecdf(ax: Any, rows: list[dict[str, Any]], title: str, xlabel: str, *,
@@ -72,20 +73,28 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         _ecdf(ax, rows("authority-check"), "Authority check by a third party", "ms (log)",
               log=True)
         save(fig, "bench-authority-check.png")
-    zombie = rows("zombie-writes", "accepted")
-    if zombie:
+    titles = {"zombie-writes": "SIGSTOP past the lease, SIGCONT",
+              "zombie-in-flight": "paused between the last check and the broker"}
+    for figure, title in titles.items():
+        zombie = rows(figure, "accepted")
+        if not zombie:
+            continue
+        dropped = {r["system"]: r["samples"] for r in rows(figure, "dropped")}
         fig, ax = plt.subplots(figsize=(7, 4))
         width = 0.8 / len(zombie)
         for k, row in enumerate(zombie):
             xs = [i + k * width for i in range(len(row["samples"]))]
+            label = (f"{row['system']}: {sum(1 for v in row['samples'] if v)} of "
+                     f"{row['n']} trials with zombie writes")
+            if row["system"] in dropped:
+                label += f", {sum(dropped[row['system']]):.0f} dropped by TermFilter"
             ax.bar(xs, row["samples"], width=width, color=COLORS.get(row["system"]),
-                   label=f"{row['system']}: {sum(1 for v in row['samples'] if v)} of "
-                         f"{row['n']} trials with zombie writes")
-        ax.set_title("Zombie writes accepted per trial (SIGSTOP past the lease, SIGCONT)")
+                   label=label)
+        ax.set_title(f"Zombie writes accepted per trial\n({title})", fontsize=10)
         ax.set_xlabel("trial")
         ax.set_ylabel("old leader's writes accepted")
         ax.legend(fontsize=8)
-        save(fig, "bench-zombie-writes.png")
+        save(fig, f"bench-{figure}.png")
     scale = [r for r in results if r["figure"] == "roles-scale" and r.get("samples")]
     if scale:
         by: dict[str, dict[int, dict[str, Any]]] = {}

@@ -85,27 +85,38 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3f}"
 
 
+def _ratio(mine: float | None, theirs: float | None) -> str:
+    if mine is None or theirs is None:
+        return "-"
+    if theirs:
+        return f"{mine / theirs:.2f}"
+    return "=" if mine == 0 else "-"
+
+
 def table(results: list[Result], *, markdown: bool = False) -> str:
-    """One row per figure/metric/system, with p50 ratio ours/peer (krabka is ours)."""
+    """One row per figure/metric/system, with p50 ratio ours/peer (krabka is ours).
+
+    When term mode ran (system ``krabka-term``), a second ratio column gives
+    term mode's p50 over each other row's: epoch mode's and the peers'.
+    """
     rows = []
-    ours: dict[tuple[str, str | None], float | None] = {}
-    for r in results:
-        if r.system == "krabka":
-            ours[(r.figure, r.metric)] = r.to_json(with_samples=False)["p50"]
+    p50s: dict[tuple[str, str | None, str], float | None] = {
+        (r.figure, r.metric, r.system): r.to_json(with_samples=False)["p50"] for r in results}
+    term = "krabka-term"
+    with_term = any(r.system == term for r in results)
     for r in results:
         j = r.to_json(with_samples=False)
-        ratio = "-"
-        mine = ours.get((r.figure, r.metric))
-        if r.system != "krabka" and mine is not None and j["p50"]:
-            ratio = f"{mine / j['p50']:.2f}"
-        elif r.system != "krabka" and mine is not None and j["p50"] == 0 and mine == 0:
-            ratio = "="
+        ours = "-" if r.system == "krabka" else _ratio(p50s.get((r.figure, r.metric, "krabka")),
+                                                         j["p50"])
         label = r.figure if r.metric is None else f"{r.figure}:{r.metric}"
-        rows.append([label, r.system, r.unit, str(j["n"]), _fmt(j["min"]), _fmt(j["p50"]),
-                     _fmt(j["p90"]), _fmt(j["p99"]), _fmt(j["max"]), ratio,
-                     r.skipped or ""])
+        row = [label, r.system, r.unit, str(j["n"]), _fmt(j["min"]), _fmt(j["p50"]),
+               _fmt(j["p90"]), _fmt(j["p99"]), _fmt(j["max"]), ours]
+        if with_term:
+            row.append("-" if r.system == term
+                       else _ratio(p50s.get((r.figure, r.metric, term)), j["p50"]))
+        rows.append([*row, r.skipped or ""])
     head = ["figure", "system", "unit", "n", "min", "p50", "p90", "p99", "max",
-            "ours/peer p50", "note"]
+            "ours/peer p50", *(["term/row p50"] if with_term else []), "note"]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]

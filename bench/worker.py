@@ -7,15 +7,21 @@ the same clock the orchestrator and the other workers read):
 
     ready        clients are up, campaigning starts
     registered   this candidate is in the queue (roster / create revision / node)
-    leading      it leads (krabka: the first lease record is committed)
+    leading      it leads (krabka: the first lease record is committed; term mode:
+                 its claim won the term, reported as ``term``)
     wrote        a write to the output topic was acknowledged (``seq``); krabka:
-                 a guarded transaction committed; peers: a plain produce acked,
+                 a guarded transaction committed (term mode: its record,
+                 stamped with the term, acknowledged); peers: a plain produce acked,
                  sent only after the recipe's own leadership check passed
     lost         it noticed the end of its leadership (``reason``)
     resigning    SIGUSR1 arrived: it stops writing and resigns now
     resigned     the resignation returned
+    pausing      SIGUSR2 armed the in-flight pause and its next write reached it:
+                 the worker stops itself now (SIGSTOP), after the last leadership
+                 check and before the record goes to the broker
 
-SIGUSR1 resigns and exits; SIGTERM exits (krabka resigns first). While
+SIGUSR1 resigns and exits; SIGUSR2 arms the in-flight pause (`InFlightPause`);
+SIGTERM exits (krabka resigns first). While
 leading it writes one record to ``--output`` every ``--interval`` seconds:
 JSON with system, member, seq. krabka runs the library's `LeaderRunner` for
 one tenure: a resignation stops the writes first, then resigns; ``lost`` is
@@ -29,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -40,11 +47,33 @@ def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "t": time.time() * 1000, **fields}), flush=True)
 
 
+class InFlightPause:
+    """The zombie-in-flight figure's pause: armed by SIGUSR2, taken once by the next
+    write at the point each system's write calls `here()`, past its last check.
+
+    The process stops itself, so the pause falls exactly between the check and
+    the broker, which a SIGSTOP from outside cannot aim at.
+    """
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def here(self, seq: int) -> None:
+        if self.armed:
+            self.armed = False
+            emit("pausing", seq=seq)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.resign = asyncio.Event()
         self.stop = asyncio.Event()
+        self.in_flight = InFlightPause()
         self.seq = 0
 
     def record(self) -> bytes:
@@ -81,6 +110,7 @@ async def run_krabka(w: Worker) -> None:
         RunnerObserver,
         RunnerState,
         TenureStop,
+        TermToken,
         describe_role_state,
     )
     from coordination.kafka import KafkaTransport
@@ -106,9 +136,14 @@ async def run_krabka(w: Worker) -> None:
             self.noticed = False
 
         def elected(self, role: str, leadership: Leadership) -> None:
-            emit("leading", producer_id=leadership.token.producer_id,
-                 producer_epoch=leadership.token.producer_epoch, tenure=leadership.tenure,
-                 deadline=leadership.lease.deadline)
+            token = leadership.token
+            if isinstance(token, TermToken):
+                emit("leading", term=token.term, tenure=leadership.tenure,
+                     fence_deadline=leadership.fence_deadline)
+            else:
+                emit("leading", producer_id=token.producer_id,
+                     producer_epoch=token.producer_epoch, tenure=leadership.tenure,
+                     deadline=leadership.lease.deadline)
             leadership.done.add_done_callback(lambda _: self._ended(leadership))
 
         def _ended(self, leadership: Leadership) -> None:
@@ -127,12 +162,49 @@ async def run_krabka(w: Worker) -> None:
                 self._lost(stop.error or stop.reason)
                 over.set()
 
+    def pause_before_the_broker(transport: KafkaTransport) -> None:
+        """Put `w.in_flight` where a data write leaves the library for the broker:
+        term mode's `write_output` (after the tenure's last check), epoch mode's
+        commit of a transaction that carries a data record."""
+        if a.fencing == "term":
+            write_output = transport.write_output
+
+            async def paused_write(*args: Any, **kwargs: Any) -> int:
+                w.in_flight.here(w.seq)
+                return await write_output(*args, **kwargs)
+            transport.write_output = paused_write  # type: ignore[method-assign]
+            return
+        begin = transport.begin_transaction
+
+        async def paused_begin(*args: Any, **kwargs: Any) -> Any:
+            txn = await begin(*args, **kwargs)
+            send, commit = txn.send, txn.commit
+            data = False
+
+            async def sending(*s_args: Any, **s_kwargs: Any) -> None:
+                nonlocal data
+                data = True
+                await send(*s_args, **s_kwargs)
+
+            async def committing() -> None:
+                if data:
+                    w.in_flight.here(w.seq)
+                await commit()
+            txn.send, txn.commit = sending, committing
+            return txn
+        transport.begin_transaction = paused_begin  # type: ignore[method-assign]
+
     reporter = Reporter()
+    # Term mode declares the output: the tenure barriers it before its first write.
+    outputs = (a.output,) if a.fencing == "term" else ()
     async with KafkaTransport(a.bootstrap_servers, topic=a.state_topic,
+                              terms_topic=a.terms_topic,
                               tail_wait_ms=a.tail_wait_ms) as transport:
+        pause_before_the_broker(transport)
         runner = LeaderRunner(
             transport, a.role, a.member, work,
-            options=LeadershipOptions(a.partitions, a.lease, a.renew, a.stagger),
+            options=LeadershipOptions(a.partitions, a.lease, a.renew, a.stagger,
+                                      fencing=a.fencing, outputs=outputs),
             observer=reporter,
         )
         reporter.runner = runner
@@ -183,6 +255,7 @@ async def lead_with_plain_writes(w: Worker, producer: Any, still_leader: Any) ->
     while True:
         if not still_leader():
             return False
+        w.in_flight.here(w.seq + 1)
         await producer.send_and_wait(a.output, w.record(), key=a.member.encode(), partition=0)
         emit("wrote", seq=w.seq)
         if await w.pause():
@@ -295,6 +368,7 @@ async def main_async(args: argparse.Namespace) -> int:
     w = Worker(args)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, w.resign.set)
+    loop.add_signal_handler(signal.SIGUSR2, w.in_flight.arm)
     loop.add_signal_handler(signal.SIGTERM, w.stop.set)
     loop.add_signal_handler(signal.SIGINT, w.stop.set)
     runner = {"krabka": run_krabka, "etcd": run_etcd, "zookeeper": run_zookeeper}[args.system]
@@ -310,6 +384,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--member", required=True)
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--state-topic", required=True)
+    p.add_argument("--fencing", choices=("epoch", "term"), default="epoch",
+                   help="krabka's fencing mode (docs/term-mode.md)")
+    p.add_argument("--terms-topic", default="__coordination_terms",
+                   help="krabka's terms topic (term mode)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--output", required=True)
     p.add_argument("--lease", type=float, default=3.0)

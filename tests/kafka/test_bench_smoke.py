@@ -1,7 +1,8 @@
 """Smoke test of `python -m bench`: a tiny subset runs and writes the JSON shape.
 
-No timing is asserted. The peers are not needed (only krabka runs here); the
-suite's broker is reused through ``--bootstrap-servers``.
+No timing is asserted. The peers are not needed (only krabka runs here, in both
+fencing modes where a figure has them); the suite's broker is reused through
+``--bootstrap-servers``.
 """
 
 from __future__ import annotations
@@ -42,3 +43,37 @@ def test_codec_and_authority_check_for_krabka_write_the_json_shape(kafka_bootstr
     assert "ours/peer p50" in done.stdout
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["machine"]["nproc"]
+
+
+def test_term_mode_runs_beside_epoch_mode_in_the_election_figures(kafka_bootstrap, tmp_path):
+    """Both fencing modes through the same trials; term mode's zombie rows say what a
+    TermFilter reader did with the paused leader's writes, and none passed after the
+    successor's barrier."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "crash-failover", "zombie-in-flight",
+         "--systems", "krabka", "--fencing", "epoch,term", "--trials", "1",
+         "--bootstrap-servers", kafka_bootstrap, "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {(r["figure"], r["system"], r.get("metric")): r
+            for r in json.loads(out.read_text())}
+    for system, fencing in (("krabka", "epoch"), ("krabka-term", "term")):
+        for figure, metric in (("crash-failover", None), ("deadline-overshoot", None),
+                               ("zombie-in-flight", "accepted"),
+                               ("zombie-in-flight", "notice")):
+            row = rows[(figure, system, metric)]
+            assert row["n"] == 1, (figure, system, metric, row.get("extra"))
+            assert row["configuration"]["fencing"] == fencing
+    accepted = rows[("zombie-in-flight", "krabka-term", "accepted")]["samples"]
+    dropped = rows[("zombie-in-flight", "krabka-term", "dropped")]["samples"]
+    assert dropped[0] <= accepted[0]
+    assert rows[("zombie-in-flight", "krabka-term", "passed-after-barrier")]["samples"] == [0.0]
+    assert rows[("zombie-in-flight", "krabka", "accepted")]["samples"] == [0.0]
+    assert ("zombie-in-flight", "krabka", "dropped") not in rows
+    assert "term/row p50" in done.stdout
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["fencing"] == ["epoch", "term"]
+    assert len(meta["load_average"]["before"]) == 3
