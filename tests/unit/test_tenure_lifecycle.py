@@ -232,8 +232,10 @@ async def test_a_function_that_waits_for_its_tenure_to_end_is_stopped_cleanly():
     (leadership,) = waited
     assert leadership.state is TenureState.ENDED
     assert leadership.err is None
-    assert leadership.done.done() and not leadership.done.cancelled()
-    assert runner.last_stop is not None and runner.last_stop.reason == "stopped"
+    assert leadership.done.done()
+    assert not leadership.done.cancelled()
+    assert runner.last_stop is not None
+    assert runner.last_stop.reason == "stopped"
 
 
 # Local deadlines run on the monotonic clock.
