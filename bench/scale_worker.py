@@ -9,6 +9,8 @@ acquires N roles (``--concurrency`` at a time), then holds them for
 ``--hold`` seconds while they renew, timing every renewal. JSON lines:
 ``baseline`` (transport started, nothing held), ``progress``, ``acquired``,
 ``holding``, ``renewals`` (latency and lateness samples, roles still held).
+Lateness is how long after it was due a renewal was written: the previous
+grant plus the tenure's jittered interval (`coordination.tenure.renewal_delay_ms`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from coordination import Leadership, Lease, acquire_leadership
 from coordination.defaults import PARTITIONS
 from coordination.kafka import KafkaTransport
+from coordination.tenure import renewal_delay_ms
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -41,16 +44,21 @@ async def run(args: argparse.Namespace) -> None:
         lateness: list[float] = []
         renew_ms = round(args.renew * 1000)
 
-        def timer() -> Callable[[Lease, float], None]:
-            """A renewal observer: latency, and lateness against the previous grant."""
+        def timer(role: str) -> Callable[[Lease, float], None]:
+            """A renewal observer: latency, and lateness against the instant the
+            renewal was due (the previous grant plus the jittered interval)."""
             previous: list[int] = []
+            count = [0]
 
             def renewed(lease: Lease, latency: float) -> None:
                 if holding:
                     latencies.append(latency * 1000)
                     if previous:
-                        lateness.append(float(lease.granted_at - previous[0] - renew_ms))
+                        due = previous[0] + renewal_delay_ms(role, args.member, count[0],
+                                                             renew_ms)
+                        lateness.append(float(lease.granted_at - due))
                 previous[:] = [lease.granted_at]
+                count[0] += 1
 
             return renewed
 
@@ -68,7 +76,7 @@ async def run(args: argparse.Namespace) -> None:
                         transport, f"{args.prefix}.{i:05d}", args.member,
                         partitions=args.partitions, lease_duration=args.lease,
                         renew_interval=args.renew, challenge_stagger=args.stagger)
-                    leadership.on_renewed = timer()
+                    leadership.on_renewed = timer(leadership.role)
                     held.append(leadership)
                 except Exception as exc:
                     failures.append(repr(exc)[:300])

@@ -168,6 +168,14 @@ class _Candidate:
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
     async def _challenge(self) -> Leadership | None:
+        """Decide again on a fresh read, then mint an epoch and commit the first lease.
+
+        The decision stands on everything committed up to a stable offset
+        read after this member decided to challenge (`PartitionFollower.refresh`):
+        a renewal or a new tenure committed before that read is in the state
+        evaluated. The refresh reads only the records since the follower's
+        last read, not the partition from offset 0; the state is the same.
+        """
         # Never mint an epoch on a topic whose partition count changed under us.
         check = await self.transport.check_topic(self.options.partitions,
                                                  self.options.lease_duration)
@@ -235,13 +243,14 @@ class _Candidate:
         waits for its fence deadline (this member's wall clock against the
         deadline it wrote) before it starts the function. None when there is
         no such lease: the common case costs nothing, as no record came
-        between.
+        between. Only the records from `read_end` on are read: the decision
+        had folded everything below it.
         """
         if tenure <= read_end:
             return None
         key = encode_key(lease_key(self.role))
         try:
-            read = await self.transport.read_partition(self.partition)
+            read = await self.transport.read_partition(self.partition, read_end)
         except TransportError as exc:
             log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
                         "the function waits as if it had", self.role, exc)

@@ -1,7 +1,10 @@
 """A candidate's view of its role's partition: read once, then tail.
 
 Records are folded into the role's state as they arrive and not kept, so a
-standby that waits for days costs O(roster) per record, not O(log).
+standby that waits for days costs O(roster) per record, not O(log). The
+fold is never rebuilt: a refresh reads only from the stable offset the
+follower already folded, so its cost is the records committed since, not
+the partition's length (which grows with every other role's renewals).
 Waiting is event-driven: a standby wakes on the next committed record (a
 renewal, a resignation's tombstone) within one fetch round trip, or at the
 instant `evaluate` named, whichever comes first.
@@ -94,10 +97,10 @@ class PartitionFollower:
         self.partition = partition
         self.role = role
         self._clock = clock
-        self._placement = placement
-        self._challenge_stagger = challenge_stagger
-        self._fold = self._new_fold()
+        self._fold = RoleFold(role, placement=placement, challenge_stagger=challenge_stagger)
         self._next_offset = 0
+        self._folded_to = 0
+        """A stable offset below which every committed record is folded."""
         self.last_stable_offset = 0
         self.high_watermark = 0
         self.longest_lease_ms = 0
@@ -105,17 +108,21 @@ class PartitionFollower:
         self._tail = Tailing()
 
     async def refresh(self) -> None:
-        """Re-read the partition from its first offset to the last stable offset."""
-        read = await self._reader.read_partition(self.partition)
-        self._fold = self._new_fold()
-        self._next_offset = 0
-        self._fold_new(read.records)
-        self._marks(read)
-        await self._tail.start(self._reader.tail(self.partition, read.last_stable_offset))
+        """Fold everything committed up to a stable offset read after this call.
 
-    def _new_fold(self) -> RoleFold:
-        return RoleFold(self.role, placement=self._placement,
-                        challenge_stagger=self._challenge_stagger)
+        What a challenge decides on: once it returns, `state()` holds every
+        record committed below `last_stable_offset`, an offset the partition
+        reached no earlier than the call, so nothing committed before the
+        caller decided to look is missing. Only what is new is read: from the
+        stable offset the follower already folded (0 the first time), so the
+        state is the one a read of the whole partition would fold
+        (tests/unit/test_follower_refresh.py) and the cost is the records
+        committed since the last read. The tail restarts at the new stable
+        offset.
+        """
+        read = await self._reader.read_partition(self.partition, self._folded_to)
+        self._apply(read)
+        await self._tail.start(self._reader.tail(self.partition, read.last_stable_offset))
 
     def state(self) -> RoleState:
         """The role's state as of the records read so far (a snapshot)."""
@@ -138,6 +145,10 @@ class PartitionFollower:
     def _apply(self, read: PartitionRead) -> None:
         self._fold_new(read.records)
         self._marks(read)
+        # Every read holds each committed record below its stable offset (from
+        # where it started, which is at or below what was folded): an older
+        # tail read that reports a lower stable offset never moves this back.
+        self._folded_to = max(self._folded_to, read.last_stable_offset)
 
     def _fold_new(self, records: Iterable[Record]) -> None:
         for record in records:

@@ -44,7 +44,7 @@ from coordination.topic_policy import (
     TopicCheck,
     TopicFacts,
 )
-from coordination.transport import PartitionRead, require_key_or_value
+from coordination.transport import PartitionRead, require_key_or_value, require_offset
 
 __all__ = ["MAX_EPOCH", "MemoryBroker", "MemoryRecord", "MemoryTransport"]
 
@@ -560,10 +560,12 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.describe(role)
 
-    async def read_partition(self, partition: int) -> PartitionRead:
-        """Committed records of the state topic's `partition`, to the stable offset."""
+    async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
+        """Committed records of the state topic's `partition` from `from_offset`
+        to the stable offset."""
+        require_offset(from_offset)
         await _round_trip()
-        return self.broker.partition(self.topic, partition).read_committed(0)
+        return self.broker.partition(self.topic, partition).read_committed(from_offset)
 
     async def tail(self, partition: int, from_offset: int) -> _MemoryTail:
         """Follow the state topic's `partition` from `from_offset`."""

@@ -32,6 +32,7 @@ __all__ = [
     "TopicFacts",
     "Transport",
     "require_key_or_value",
+    "require_offset",
 ]
 
 
@@ -91,8 +92,16 @@ class PartitionTail(Protocol):
 class StateReader(Protocol):
     """Reads ``__coordination_state`` with read_committed isolation."""
 
-    async def read_partition(self, partition: int) -> PartitionRead:
-        """Every committed record from the first offset to the last stable offset."""
+    async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
+        """Every committed record from `from_offset` to the last stable offset.
+
+        The read starts after the call, so its stable offset is one the
+        partition reached no earlier than the call. A reader that already
+        folded everything below some stable offset passes it as
+        `from_offset` and gets only what is new: the records a read from
+        offset 0 would return at and after `from_offset`. A negative
+        `from_offset` is a `ValueError` (`require_offset`).
+        """
         ...
 
     async def tail(self, partition: int, from_offset: int) -> PartitionTail:
@@ -254,6 +263,12 @@ def require_key_or_value(key: bytes | None, value: bytes | None) -> None:
     """
     if key is None and value is None:
         raise ValueError("a record needs a key or a value (both are None)")
+
+
+def require_offset(from_offset: int) -> None:
+    """`ValueError` for an offset no partition has (below 0, or not an int)."""
+    if isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0:
+        raise ValueError(f"an offset is an int of at least 0, got {from_offset!r}")
 
 
 class Transport(Coordinator, StateReader, Registrar, LeaseWriter, TermLog, OutputWriter,

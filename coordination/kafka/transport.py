@@ -93,7 +93,12 @@ from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.topic_policy import StateTopicPolicy, TopicFacts, require_topic
-from coordination.transport import PartitionRead, TopicCheck, require_key_or_value
+from coordination.transport import (
+    PartitionRead,
+    TopicCheck,
+    require_key_or_value,
+    require_offset,
+)
 
 if TYPE_CHECKING:
     from coordination.transport import Transport
@@ -269,11 +274,12 @@ class KafkaTransport:
 
     # StateReader.
 
-    async def read_partition(self, partition: int) -> PartitionRead:
-        """Committed records of `partition` from its first offset to the stable offset."""
+    async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
+        """Committed records of `partition` from `from_offset` to the stable offset."""
+        require_offset(from_offset)
         self._check_open()
         await self._require(self.topic, "state topic")
-        return await self._reader.read(self.topic, partition)
+        return await self._reader.read(self.topic, partition, from_offset)
 
     async def tail(self, partition: int, from_offset: int) -> KafkaTail:
         """Follow `partition` from `from_offset` (all tails share one consumer)."""

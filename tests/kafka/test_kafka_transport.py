@@ -190,6 +190,29 @@ async def test_tails_of_many_roles_share_one_consumer(transports, role, monkeypa
             await tail.close()
 
 
+async def test_reads_of_one_partition_from_different_offsets_share_one_fetch(
+    transport, role, monkeypatch
+):
+    """The batched reader reads once, from the lowest offset asked, and gives
+    each caller the records from its own offset on."""
+    offsets = [await transport.append(0, *registration_record(role, m)) for m in "abcd"]
+    await stable_read(transport, 0)
+    reader = transport._reader
+    started: list[dict[Any, int]] = []
+    read_once = reader._read
+
+    async def counted(starts: dict[Any, int]) -> dict[Any, PartitionRead]:
+        started.append(dict(starts))
+        return await read_once(starts)
+
+    monkeypatch.setattr(reader, "_read", counted)
+    reads = await asyncio.gather(*(transport.read_partition(0, start)
+                                   for start in (offsets[3], offsets[1], offsets[2])))
+    assert [[r.offset for r in read.records] for read in reads] == [
+        offsets[3:], offsets[1:], offsets[2:]]
+    assert [list(starts.values()) for starts in started] == [[offsets[1]]]
+
+
 async def test_term_reads_and_tails_share_the_state_topics_consumers(
     transports, role, monkeypatch
 ):

@@ -212,8 +212,9 @@ class CancellingTransport(KafkaTransport):
     async def check_topic(self, partitions, lease_duration):
         return await self._hooked("check_topic", super().check_topic(partitions, lease_duration))
 
-    async def read_partition(self, partition):
-        return await self._hooked("read_partition", super().read_partition(partition))
+    async def read_partition(self, partition, from_offset=0):
+        return await self._hooked("read_partition", super().read_partition(partition,
+                                                                           from_offset))
 
     async def append(self, partition, key, value):
         return await self._hooked("append", super().append(partition, key, value))

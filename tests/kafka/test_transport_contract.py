@@ -327,6 +327,47 @@ async def test_aborted_records_stay_invisible(cluster, role):
     assert aborted < committed
 
 
+async def test_a_read_from_an_offset_returns_what_a_read_from_0_returns_from_there(
+    cluster, role
+):
+    """Also the records of a transaction that was open at the offset the
+    reader held, once it committed: they lie at and above that stable offset."""
+    transport = await cluster.process()
+    token = await transport.acquire_epoch(role, LEASE)
+    await transport.append(0, *registration_record(role, "a"))
+    txn = await transport.begin_transaction(role, token)
+    leased = await txn.write_lease(0, *lease_record(role, token))
+    held = await transport.read_partition(0)
+    assert held.last_stable_offset == leased
+    after = await transport.append(0, *registration_record(role, "b"))
+    await txn.commit()
+    whole = await stable_read(cluster, transport, 0)
+    since = await transport.read_partition(0, held.last_stable_offset)
+    assert [r.offset for r in since.records] == [leased, after]
+    assert since.records == [r for r in whole.records if r.offset >= held.last_stable_offset]
+    assert (since.last_stable_offset, since.high_watermark) == (
+        whole.last_stable_offset, whole.high_watermark)
+    beyond = await transport.read_partition(0, whole.high_watermark)
+    assert (beyond.records, beyond.last_stable_offset) == ([], whole.last_stable_offset)
+
+
+async def test_reads_of_one_partition_from_different_offsets_each_get_their_part(cluster, role):
+    transport = await cluster.process()
+    offsets = [await transport.append(0, *registration_record(role, m)) for m in "abcd"]
+    whole = await stable_read(cluster, transport, 0)
+    reads = await asyncio.gather(*(transport.read_partition(0, start)
+                                   for start in (offsets[2], 0, offsets[1])))
+    assert [[r.offset for r in read.records] for read in reads] == [
+        offsets[2:], offsets, offsets[1:]]
+    assert all(read.records == [r for r in whole.records if r.offset >= start]
+               for read, start in zip(reads, (offsets[2], 0, offsets[1]), strict=True))
+
+
+async def test_a_read_from_a_negative_offset_is_refused(cluster):
+    with pytest.raises(ValueError, match="offset"):
+        await (await cluster.process()).read_partition(0, -1)
+
+
 async def test_guarded_sends_to_other_topics_commit_with_the_transaction(cluster, role):
     output = await cluster.new_topic(2, compacted=False)
     transport = await cluster.process()

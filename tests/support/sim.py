@@ -330,8 +330,9 @@ class FaultyTransport:
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         return await self._call("describe_epoch", self.inner.describe_epoch, role)
 
-    async def read_partition(self, partition: int) -> PartitionRead:
-        return await self._call("read_partition", self.inner.read_partition, partition)
+    async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
+        return await self._call("read_partition", self.inner.read_partition, partition,
+                                from_offset)
 
     async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
         return _FaultyTail(self, await self.inner.tail(partition, from_offset), "tail")

@@ -60,9 +60,9 @@ class BreakableTransport(MemoryTransport):
         self._call("acquire_epoch")
         return await super().acquire_epoch(role, transaction_timeout, current)
 
-    async def read_partition(self, partition):
+    async def read_partition(self, partition, from_offset=0):
         self._call("read_partition")
-        return await super().read_partition(partition)
+        return await super().read_partition(partition, from_offset)
 
     async def tail(self, partition, from_offset):
         self._call("tail")

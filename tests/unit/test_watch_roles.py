@@ -49,8 +49,8 @@ class ReadOnly:
         self._reader = reader
         self.tails_open = 0
 
-    async def read_partition(self, partition: int) -> PartitionRead:
-        return await self._reader.read_partition(partition)
+    async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
+        return await self._reader.read_partition(partition, from_offset)
 
     async def tail(self, partition: int, from_offset: int) -> PartitionTail:
         self.tails_open += 1
