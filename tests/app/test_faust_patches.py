@@ -169,6 +169,14 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     assert log == ["send table write"] * 3 + ["send offsets", "commit"]
 
 
+async def _until(condition, within: float) -> None:
+    """Wait for `condition()`, yielding to the loop, for at most `within` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
 class _SlowChannel(_Channel):
     """A send that takes longer than the 0.1 s Faust's buffer flush waits for one."""
 
@@ -192,7 +200,7 @@ async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it
                 message=types.SimpleNamespace(channel=_SlowChannel(log))))
         await faust_patches._flush(producer)
         log.append("flushed")
-        await asyncio.sleep(0.2)  # the last send, taken from the buffer, ends
+        await _until(lambda: log.count("send table write") == 3, within=5)
     finally:
         await buffer.stop()
     # Every write was taken from the buffer (the last one's send under way)
