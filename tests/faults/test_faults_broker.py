@@ -110,8 +110,12 @@ class Broker:
 def own_broker(folder: Path, host: str = LOOPBACK) -> Iterator[Broker]:
     """A broker listening on `host`, stopped by ``kafka.py down`` (by PID) at the end."""
     try:
+        port = free_port(host)
+        controller = free_port()
+        while controller == port:  # each probe's socket is closed: two can get one number
+            controller = free_port()
         started = _kafka("up", "--dir", str(folder), "--host", host,
-                         "--port", str(free_port(host)), "--controller-port", str(free_port()))
+                         "--port", str(port), "--controller-port", str(controller))
         assert started.returncode == 0, started.stdout + started.stderr
         yield Broker(folder, started.stdout.strip().splitlines()[-1])
     finally:
