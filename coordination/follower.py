@@ -2,9 +2,11 @@
 
 Records are folded into the role's state as they arrive and not kept, so a
 standby that waits for days costs O(roster) per record, not O(log). The
-fold is never rebuilt: a refresh reads only from the stable offset the
-follower already folded, so its cost is the records committed since, not
-the partition's length (which grows with every other role's renewals).
+fold is never rebuilt: the first refresh starts from the partition's fold
+that the reader's followers share (`coordination.shared_fold`), and every
+later one reads only from the stable offset the follower already folded, so
+a read costs the records committed since, not the partition's length (which
+grows with every other role's renewals).
 Waiting is event-driven: a standby wakes on the next committed record (a
 renewal, a resignation's tombstone) within one fetch round trip, or at the
 instant `evaluate` named, whichever comes first.
@@ -19,19 +21,13 @@ from typing import Any
 
 from coordination import defaults
 from coordination.clock import Clock
-from coordination.errors import FormatError
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold
-from coordination.records import Kind, decode_key, decode_lease
+from coordination.shared_fold import lease_length_ms, shared_fold
 from coordination.state import Record, RoleState
 from coordination.transport import PartitionRead, PartitionTail, StateReader
 
 __all__ = ["PartitionFollower", "Tailing"]
-
-# Kafka's default transaction.max.timeout.ms: no lease can be longer, so a
-# record claiming more (a bad clock, a hostile writer) is counted as this.
-LONGEST_POSSIBLE_LEASE_MS = 900_000
-
 
 class Tailing:
     """A `PartitionTail` and its pending read, which a cancelled wait keeps.
@@ -97,6 +93,9 @@ class PartitionFollower:
         self.partition = partition
         self.role = role
         self._clock = clock
+        self._shared = shared_fold(reader, partition, placement, challenge_stagger)
+        self._placement = placement
+        self._challenge_stagger = challenge_stagger
         self._fold = RoleFold(role, placement=placement, challenge_stagger=challenge_stagger)
         self._next_offset = 0
         self._folded_to = 0
@@ -113,16 +112,30 @@ class PartitionFollower:
         What a challenge decides on: once it returns, `state()` holds every
         record committed below `last_stable_offset`, an offset the partition
         reached no earlier than the call, so nothing committed before the
-        caller decided to look is missing. Only what is new is read: from the
-        stable offset the follower already folded (0 the first time), so the
-        state is the one a read of the whole partition would fold
-        (tests/unit/test_follower_refresh.py) and the cost is the records
-        committed since the last read. The tail restarts at the new stable
-        offset.
+        caller decided to look is missing. Only what is new is read: the
+        first time, what the shared fold of the partition has not folded yet;
+        then from the stable offset the follower already folded. The state is
+        the one a read of the whole partition would fold
+        (tests/unit/test_follower_refresh.py, tests/unit/test_shared_fold.py)
+        and the cost is the records committed since the last read. The tail
+        restarts at the new stable offset.
         """
-        read = await self._reader.read_partition(self.partition, self._folded_to)
-        self._apply(read)
+        if self._folded_to == 0 and self._next_offset == 0:  # nothing folded yet
+            read = await self._start_from_shared()
+        else:
+            read = await self._reader.read_partition(self.partition, self._folded_to)
+            self._apply(read)
         await self._tail.start(self._reader.tail(self.partition, read.last_stable_offset))
+
+    async def _start_from_shared(self) -> PartitionRead:
+        folded = await self._shared.role(self.role)
+        self._fold = RoleFold(self.role, state=folded.state, placement=self._placement,
+                              challenge_stagger=self._challenge_stagger)
+        self._next_offset = folded.next_offset
+        self.longest_lease_ms = folded.longest_lease_ms
+        self._folded_to = folded.read.last_stable_offset
+        self._marks(folded.read)
+        return folded.read
 
     def state(self) -> RoleState:
         """The role's state as of the records read so far (a snapshot)."""
@@ -155,19 +168,9 @@ class PartitionFollower:
             if record.offset >= self._next_offset:
                 self._fold.apply(record)
                 self._next_offset = record.offset + 1
-                self._measure_lease(record)
-
-    def _measure_lease(self, record: Record) -> None:
-        if record.value is None:
-            return
-        try:
-            if decode_key(record.key).kind is not Kind.LEASE:
-                return
-            lease = decode_lease(record.value)
-        except FormatError:
-            return  # the fold reports malformed records
-        length = min(max(lease.deadline - lease.granted_at, 0), LONGEST_POSSIBLE_LEASE_MS)
-        self.longest_lease_ms = max(self.longest_lease_ms, length)
+                length = lease_length_ms(record)
+                if length is not None:
+                    self.longest_lease_ms = max(self.longest_lease_ms, length)
 
     def _marks(self, read: PartitionRead) -> None:
         self.last_stable_offset = read.last_stable_offset
