@@ -4,7 +4,8 @@ The JSON shapes are in docs/app.md#web-view.
 
     GET /roles/                       every role, gathered from every worker
     GET /roles/{role}/                one role, answered by the worker owning it
-    GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check)
+    GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check; term
+                                      mode: ?term=, read from the terms topic)
     GET /events/                      the leadership events as server-sent events
                                       (every worker's, or ``scope=local``; app.event_stream)
     GET /rebalance/                   the rebalancing plans and handovers, gathered from
@@ -38,7 +39,7 @@ from app.event_stream import stream_events
 from app.health import snapshot
 from app.readiness import assess
 from app.routing import Unreachable, fetch_json, owner_of
-from coordination import NO_EPOCH, FencingToken, describe_leadership, role_partition
+from coordination import NO_EPOCH, FencingToken, TermToken, describe_leadership, role_partition
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
 from tables.role_view import detail, merged_state, row, skips_of_values
@@ -236,17 +237,17 @@ class Views:
         return web.json_response(body, status=status)
 
     async def authoritative(self, request: web.Request) -> web.Response:
-        """Is this token the role's current one? A live DescribeTransactions."""
+        """Is this token the role's current one? Asked of the role's referee now:
+        the transaction coordinator (DescribeTransactions), or in term mode the
+        role's partition of the terms topic, read to its end."""
+        if self.ctx.settings.term_mode:
+            return await self._term_authoritative(request)
         try:
             role = _role_name(request)
             token = FencingToken(_int_param(request, "producer_id", 64),
                                  _int_param(request, "producer_epoch", 16))
         except BadRequest as exc:
             return error(400, str(exc))
-        if self.ctx.settings.term_mode:
-            return error(400, "this worker runs term mode (COORDINATION_FENCING=term): a role "
-                              "has no producer epoch; compare your term with the term of "
-                              f"GET /roles/{role}/")
         transport = self.ctx.transport
         if transport is None:
             return error(503, "this worker is not connected to the Kafka cluster yet")
@@ -257,6 +258,34 @@ class Views:
             return error(503, f"the transaction coordinator did not answer: {exc!r}")
         return web.json_response({"role": role, "authoritative": status.authoritative(token),
                                   "current": _token(status.token)})
+
+    async def _term_authoritative(self, request: web.Request) -> web.Response:
+        """Term mode: ``?term=``; authoritative is the library's rule (the
+        highest term, its holder not resigned), and ``live`` says whether its
+        heartbeats are younger than the election timeout."""
+        try:
+            role = _role_name(request)
+            term = _int_param(request, "term", 64)
+        except BadRequest as exc:
+            return error(400, str(exc))
+        transport = self.ctx.transport
+        if transport is None:
+            return error(503, "this worker is not connected to the Kafka cluster yet")
+        settings = self.ctx.settings
+        try:
+            status = await asyncio.wait_for(
+                describe_leadership(transport, role, fencing="term",
+                                    partitions=settings.partitions,
+                                    election_timeout=settings.lease_duration,
+                                    clock=self.ctx.clock),
+                DESCRIBE_TIMEOUT)
+        except Exception as exc:
+            return error(503, f"the terms topic could not be read: {exc!r}")
+        current = None if status.token is None else {"term": status.token.term}
+        return web.json_response({"role": role,
+                                  "authoritative": status.authoritative(TermToken(term)),
+                                  "current": current, "holder": status.holder,
+                                  "live": status.live})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: the leadership events of every worker (relayed), or of

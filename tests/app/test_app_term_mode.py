@@ -2,9 +2,9 @@
 
 Two workers stand for the demo role, which declares its output topic. One is
 elected with a term; when it is killed the other claims the next term after
-the election timeout, and the web view, the events and the demo output show
-the terms. Faust runs at_least_once there, so no worker has a transactional
-producer.
+the election timeout, and the web view (its authoritative check included),
+the events and the demo output show the terms. Faust runs at_least_once
+there, so no worker has a transactional producer.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ def test_a_term_mode_group_elects_fails_over_with_a_higher_term_and_shows_it(gro
     row = next(r for r in listing if r["role"] == DEMO)
     assert (row["fencing"], row["holder"], row["term"]) == ("term", first["holder"],
                                                              first["term"])
+    status, check = group.workers[1].get(f"/roles/{DEMO}/authoritative?term={first['term']}")
+    assert (status, check["authoritative"], check["holder"], check["live"]) == (
+        200, True, first["holder"], True)
     health = next(w for w in group.workers if w.member == first["holder"]).health()
     assert health is not None
     assert health["roles"][DEMO]["leading"]
@@ -106,6 +109,9 @@ def test_a_term_mode_group_elects_fails_over_with_a_higher_term_and_shows_it(gro
                       "the survivor holding the demo role in a higher term", interval=0.5)
     assert second["holder"] == survivor.member
     assert second["term"] > first["term"]
+    status, check = survivor.get(f"/roles/{DEMO}/authoritative?term={first['term']}")
+    assert (status, check["authoritative"], check["current"]) == (
+        200, False, {"term": second["term"]})
     print(f"\nterm-mode SIGKILL failover: term {first['term']} -> {second['term']}, "
           f"the survivor's view held {time.time() * 1000 - killed_at:.0f} ms after the kill "
           f"(election timeout {group.settings['lease']} s)")

@@ -1,6 +1,7 @@
 """The web view over HTTP, without Kafka: two workers' Faust web apps served by
 aiohttp's test server, with a static partition map and the in-process model
-for the live authoritative check."""
+for the live authoritative check (in term mode: a term against the terms
+topic)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from app.settings import Settings
 from app.web import BadRequest, _role_name
 from coordination import (
     STATE_TOPIC,
+    TERMS_TOPIC,
+    Claim,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
     Record,
+    claim_key,
+    encode_claim,
+    encode_term_key,
     role_partition,
 )
 from tables import partition_state, role_state
@@ -85,10 +91,11 @@ def fold_into(ctx, records: list[Record], partition: int, **checks) -> None:
 
 
 class Worker:
-    def __init__(self, name: str, clock: ManualClock, broker: MemoryBroker) -> None:
+    def __init__(self, name: str, clock: ManualClock, broker: MemoryBroker,
+                 fencing: str = "epoch") -> None:
         self.port = free_port()
         settings = Settings(partitions=PARTITIONS, web_port=self.port, web_host="127.0.0.1",
-                            member_id=name, app_id=f"test-{name}")
+                            member_id=name, app_id=f"test-{name}", fencing=fencing)
         self.ctx = build(settings, store="memory://", roles={}, clock=clock,
                          transport_factory=lambda: MemoryTransport(broker))
         self.ctx.transport = MemoryTransport(broker)
@@ -355,3 +362,54 @@ async def test_a_role_detail_reports_tenures_begun_out_of_the_workers_placement_
         "placement": "registration"}}
     _, _, calm = await get(session, f"{a.url}/roles/{A_ROLE}/")
     assert calm["out_of_order"] == {"count": 0, "last": None}
+
+
+@pytest.fixture
+async def term_worker():
+    """A term-mode worker whose role `A_ROLE` was claimed in term 2 by "a", 1 s ago."""
+    clock = ManualClock(NOW)
+    broker = MemoryBroker(clock=clock)
+    broker.create_topic(STATE_TOPIC, PARTITIONS)
+    broker.create_topic(TERMS_TOPIC, PARTITIONS)
+    worker = Worker("a", clock, broker, fencing="term")
+    worker.ctx.router = StaticRouter({worker.url: list(range(PARTITIONS))}, worker.url)
+    await worker.ctx.transport.append_term(
+        role_partition(A_ROLE, PARTITIONS), encode_term_key(claim_key(A_ROLE, "a", 2)),
+        encode_claim(Claim("a", 2, 0)))
+    clock.advance(1.0)
+    async with aiohttp.ClientSession() as session:
+        worker.ctx.http = session
+        await worker.server.start_server()
+        yield worker, session, clock
+        await worker.server.close()
+
+
+async def test_in_term_mode_authoritative_compares_a_term_with_the_terms_topic(term_worker):
+    worker, session, clock = term_worker
+    base = f"{worker.url}/roles/{A_ROLE}/authoritative"
+    status, _, body = await get(session, f"{base}?term=2")
+    assert (status, body) == (200, {"role": A_ROLE, "authoritative": True,
+                                    "current": {"term": 2}, "holder": "a", "live": True})
+    status, _, body = await get(session, f"{base}?term=1")
+    assert (status, body["authoritative"], body["current"]) == (200, False, {"term": 2})
+    # Past the election timeout the term is still the highest, but not live.
+    clock.advance(worker.ctx.settings.lease_duration)
+    status, _, body = await get(session, f"{base}?term=2")
+    assert (status, body["authoritative"], body["live"]) == (200, True, False)
+    status, _, body = await get(session, f"{worker.url}/roles/never-claimed/authoritative?term=1")
+    assert (status, body) == (200, {"role": "never-claimed", "authoritative": False,
+                                    "current": None, "holder": None, "live": False})
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("", "missing query parameter term"),
+    ("producer_id=1&producer_epoch=0", "missing query parameter term"),
+    ("term=x", "not an integer"),
+    ("term=9223372036854775808", "signed 64-bit"),
+])
+async def test_in_term_mode_authoritative_asks_for_a_term(term_worker, query, message):
+    worker, session, _ = term_worker
+    status, ctype, body = await get(session,
+                                    f"{worker.url}/roles/{A_ROLE}/authoritative?{query}")
+    assert (status, ctype) == (400, "application/json")
+    assert message in body["error"]
