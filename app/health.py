@@ -18,7 +18,7 @@ from typing import Any
 from faust.types import TP
 
 from app.context import Context
-from app.readiness import Snapshot, renewal_failing_for
+from app.readiness import Snapshot
 
 __all__ = ["busy", "fold_lag", "probe", "snapshot"]
 
@@ -79,7 +79,7 @@ def fold_lag(ctx: Context) -> dict[int, int]:
 def snapshot(ctx: Context) -> Snapshot:
     """Everything `app.readiness.assess` needs, as of now."""
     ctx.cluster.note_busy(busy(ctx))
-    held = {name: renewal_failing_for(runner.leadership)
+    held = {name: runner.leadership.renewal_overdue()
             for name, runner in ctx.runners.items()
             if runner.leading and runner.leadership is not None}
     return Snapshot(

@@ -23,10 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordination import Clock, Leadership
+from coordination import Clock
 
-__all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess",
-           "renewal_failing_for"]
+__all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess"]
 
 
 @dataclass(frozen=True)
@@ -47,19 +46,6 @@ class ReadinessBounds:
             raise ValueError(f"the fold lag bound must not be negative, got {self.max_fold_lag}")
         if not self.max_busy > 0:
             raise ValueError(f"the rebalance bound must be positive, got {self.max_busy}")
-
-
-def renewal_failing_for(leadership: Leadership) -> float:
-    """Seconds since `leadership`'s last successful lease write was due to be renewed
-    (negative while the next renewal is not yet due).
-
-    The fence deadline lies ``lease - margin`` after the last lease write was
-    sent, and the next renewal is due ``renew`` after it; so the time left
-    before the fence deadline tells how long renewals have been late.
-    """
-    options = leadership.options
-    return (options.lease_duration - options.fence_margin - options.renew_interval
-            - leadership.remaining())
 
 
 class ClusterWatch:
@@ -122,7 +108,7 @@ class Snapshot:
     fold_lag: Mapping[int, int]
     """Per state partition this worker folds: offsets between its fold and the end."""
     renewals_failing: Mapping[str, float]
-    """Per role this worker holds: `renewal_failing_for` its tenure."""
+    """Per role this worker holds: its tenure's `Leadership.renewal_overdue`."""
     fence_margin: float
     busy: str | None
     busy_for: float

@@ -160,6 +160,8 @@ class Leadership(abc.ABC):
         self._state = TenureState.LEADING
         self._sent_mono = sent_monotonic_ms
         self._sent_wall = sent_wall_ms
+        self._renewal_due_mono = sent_monotonic_ms + self.options.renew_ms
+        """When the next renewal is due: the last send plus its jittered interval."""
         self._hand_back: asyncio.Future[None] | None = None
         self.err: BaseException | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -213,6 +215,15 @@ class Leadership(abc.ABC):
         if self._state is not TenureState.LEADING:
             return 0.0
         return max(0.0, (self.fence_deadline_monotonic - self._clock.monotonic_ms()) / 1000)
+
+    def renewal_overdue(self) -> float:
+        """Seconds since the next renewal was due (monotonic; negative while it is
+        not yet due): how long renewals have been failing.
+
+        Due is the last renewal's send plus its jittered interval
+        (`renewal_delay_ms`), the instant the renewal was actually scheduled.
+        """
+        return (self._clock.monotonic_ms() - self._renewal_due_mono) / 1000
 
     def fenced(self) -> bool:
         """Whether this member must stop acting on the role now.
@@ -360,7 +371,8 @@ class Leadership(abc.ABC):
         count = 0
         while not self._done.done():
             delay = renewal_delay_ms(self.role, self.member, count, self.options.renew_ms)
-            await self._clock.sleep_until_monotonic(self._sent_mono + delay)
+            self._renewal_due_mono = self._sent_mono + delay
+            await self._clock.sleep_until_monotonic(self._renewal_due_mono)
             await self._renew()
             count += 1
 

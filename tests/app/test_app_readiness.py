@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from app.factory import build
-from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess, renewal_failing_for
+from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess
 from app.settings import Settings
 from coordination import (
     STATE_TOPIC,
@@ -25,6 +25,7 @@ from coordination import (
     MemoryTransport,
     TransportError,
 )
+from coordination.tenure import renewal_delay_ms
 from tests.support.sim import LEASE, RENEW, Cluster
 
 BOUNDS = ReadinessBounds(cluster_timeout=10.0, max_fold_lag=100, max_busy=30.0)
@@ -121,17 +122,21 @@ async def test_a_held_role_whose_renewals_fail_turns_unready_after_half_the_marg
     await cluster.until(task.done, within=1)
     leadership = task.result()
     margin = leadership.options.fence_margin  # 1 s for a 3 s lease
-    renewals: list[object] = []
-    leadership.on_renewed = lambda lease, _latency: renewals.append(lease)
+    renewals: list[int] = []
+    leadership.on_renewed = lambda _lease, _latency: renewals.append(
+        cluster.clock.monotonic_ms())
     await cluster.until(lambda: len(renewals) == 3, within=RENEW * 4)  # never late
-    assert renewal_failing_for(leadership) <= 0.0
-    transport.broken = True  # right after a renewal (renewals come at jittered instants)
-    await cluster.advance(RENEW + margin / 2 - 0.1)  # the renewal is due, late by < margin / 2
-    late = renewal_failing_for(leadership)
-    assert 0.0 < late <= margin / 2
+    assert leadership.renewal_overdue() <= 0.0
+    transport.broken = True  # right after a renewal
+    # The next renewal is due at its jittered instant, not a whole interval on.
+    due = renewals[-1] + renewal_delay_ms("billing", "a", 3, round(RENEW * 1000))
+    assert due < renewals[-1] + RENEW * 1000
+    await cluster.advance((due - cluster.clock.monotonic_ms()) / 1000 + margin / 2 - 0.01)
+    late = leadership.renewal_overdue()
+    assert late == pytest.approx(margin / 2 - 0.01)
     assert assess(with_(renewals_failing={"billing": late}, fence_margin=margin), BOUNDS).ready
-    await cluster.advance(0.2)
-    late = renewal_failing_for(leadership)
+    await cluster.advance(0.02)
+    late = leadership.renewal_overdue()
     assert late > margin / 2
     assert not leadership.fenced()
     verdict = assess(with_(renewals_failing={"billing": late}, fence_margin=margin), BOUNDS)
