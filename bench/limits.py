@@ -63,7 +63,8 @@ def raise_file_limit(roles: int) -> dict[str, Any]:
             record["raised"] = True
         except (ValueError, OSError) as exc:
             record["raised"] = False
-            record["why"] = f"setrlimit refused: {exc}"
+            # Root without CAP_SYS_RESOURCE (a container) may not raise a hard limit.
+            record["why"] = f"setrlimit refused (no CAP_SYS_RESOURCE?): {exc}"
     record["after"] = list(resource.getrlimit(resource.RLIMIT_NOFILE))
     return record
 

@@ -151,6 +151,7 @@ async def roles_scale(bench: Bench) -> None:
             done = await wait(child, "renewals", bench.scale_hold + 60)
             cpu1, t1 = process.cpu_times(), time.monotonic()
             last = _sample(process, sockets=True)
+            broker_fds = [p.num_fds() for p in broker]
             wall = t1 - t0
             cpu = _cpu_percent(cpu0, cpu1, wall)
             broker_cpu = sum(_cpu_percent(b0, b1, wall) for b0, b1 in
@@ -171,6 +172,7 @@ async def roles_scale(bench: Bench) -> None:
                                   roles_lost_while_holding=done["ended"],
                                   baseline_rss_mib=round(base["rss"], 1),
                                   baseline_fds=base["fds"], baseline_sockets=base["sockets"],
+                                  broker_fds=broker_fds or None,
                                   broker_cpu_percent=None if broker_cpu is None
                                   else round(broker_cpu, 1))
             per_role = {
@@ -278,6 +280,7 @@ async def roles_scale_group(bench: Bench) -> None:
         cpu = [_cpu_percent(c0, p.cpu_times(), wall) for c0, p in zip(cpu0, processes,
                                                                      strict=True)]
         last = [_sample(p, sockets=True) for p in processes]
+        broker_fds = [p.num_fds() for p in _broker_processes(bench, psutil)] or None
     except procs.ChildError as exc:
         reason = f"a member died: {exc}"[:500]
         print(f"  roles-scale-group: {reason}", flush=True)
@@ -306,7 +309,7 @@ async def roles_scale_group(bench: Bench) -> None:
         limits={**system_limits(), "bench_file_limit": bench.file_limit,
                 "broker_nofile": [process_file_limit(pid) for pid in bench.kafka_pids] or None},
         baseline_rss_mib=[round(b["rss"], 1) for b in base],
-        baseline_fds=[b["fds"] for b in base])
+        baseline_fds=[b["fds"] for b in base], broker_fds=broker_fds)
     if all_held_s is not None:
         bench.add(Result("roles-scale-group", "krabka", "s", [all_held_s], config,
                          metric="acquire"))
@@ -357,7 +360,7 @@ async def _until_all_held(children: list[procs.Child], n: int,
 
 def _broker_processes(bench: Bench, psutil: Any) -> list[Any]:
     found = []
-    for pid in getattr(bench, "kafka_pids", []):
+    for pid in bench.kafka_pids:
         try:
             found.append(psutil.Process(pid))
         except psutil.Error:
