@@ -14,8 +14,8 @@ says where it stopped and why (the file limit, the budget, a dead worker).
 
 roles-scale-group: `GROUP_WORKERS` processes, each a candidate of every
 role, so every role has one leader and two standbys. They are started, then
-released at one instant (SIGUSR1), and the group's progress is the sum of
-the members' live tenures. Measured: the time until every role is held, the
+released at one instant (SIGUSR1), and the group's progress is the union of
+the roles its members hold. Measured: the time until every role is held, the
 split per member beside the split the hash alone prefers, renewal lateness
 over a hold window, RSS, CPU and fds per process, roles lost.
 """
@@ -257,13 +257,10 @@ async def roles_scale_group(bench: Bench) -> None:
         for child in children:
             child.signal(signal.SIGUSR1)
         budget = BUDGET_FLOOR_S + n * BUDGET_PER_ROLE_S
-        latest = await _until_all_held(children, n, budget)
-        held_now = sum(e["held"] for e in latest)
-        all_held_s = (None if held_now < n else
-                      (max(e["last_acquired_t"] or released for e in latest) - released) / 1000)
-        if all_held_s is None:
-            print(f"  roles-scale-group: {held_now} of {n} roles held after {budget:.0f} s "
-                  f"(per member {[e['held'] for e in latest]})", flush=True)
+        covered = await _until_all_held(children, n, budget)
+        if covered < n:
+            print(f"  roles-scale-group: {covered} of {n} roles held after {budget:.0f} s",
+                  flush=True)
         for child in children:
             child.signal(signal.SIGUSR1)
         holding = [await wait(child, "holding", 30) for child in children]
@@ -288,21 +285,15 @@ async def roles_scale_group(bench: Bench) -> None:
         return
     finally:
         await stop(*children)
+    outcome = group_outcome(members, done, n, released, min(h["t"] for h in holding))
+    split = outcome["split"]
+    all_held_s = outcome["acquire_s"]
     roles = [f"{prefix}.{i:05d}" for i in range(n)]
-    held_sets = [set(d["held"]) for d in done]
-    split = {m: len(s) for m, s in zip(members, held_sets, strict=True)}
-    union = set().union(*held_sets)
-    overlap = sum(len(s) for s in held_sets) - len(union)
     config = bench.config(
         roles=n, members=members, placement="balanced", lease_s=LEASE, renew_s=RENEW,
         stagger_s=STAGGER, partitions=PARTITIONS, hold_s=bench.scale_hold,
-        acquire_s=None if all_held_s is None else round(all_held_s, 2),
         acquire_budget_s=round(budget), held_at_hold_start=[h["held"] for h in holding],
-        split=split, preferred_split=preferred_split(roles, members),
-        held_at_end=len(union), held_by_two=overlap,
-        roles_lost_while_holding=sum(d["lost"] for d in done),
-        roles_gained_while_holding=sum(d["gained"] for d in done),
-        tenures_ended_before_hold=sum(e["ended"] for e in latest),
+        preferred_split=preferred_split(roles, members), **outcome,
         acquire_failures=sum(d["failed"] for d in done),
         failures=[f for d in done for f in d["failures"]][:5],
         nofile_worker=[b["nofile_raised"] for b in baselines],
@@ -333,28 +324,61 @@ async def roles_scale_group(bench: Bench) -> None:
                          metric=f"renewal-lateness@{member}"))
     print(f"  roles-scale-group N={n}: all held in "
           f"{'-' if all_held_s is None else f'{all_held_s:.1f} s'}; split {split} "
-          f"(hash prefers {config['preferred_split']}); lost "
-          f"{config['roles_lost_while_holding']}, held by two {overlap}; RSS "
+          f"(hash prefers {config['preferred_split']}); unheld at the end "
+          f"{outcome['roles_unheld_at_end']}, held by two {outcome['held_by_two']}, tenures "
+          f"superseded {outcome['tenures_superseded']}, ended while holding "
+          f"{outcome['tenures_ended_while_holding']}; RSS "
           f"{[round(max(s['rss'] for s in samples[k] + [last[k]])) for k in range(len(members))]}"
           f" MiB, CPU {[round(c, 1) for c in cpu]} %, fds {[x['fds'] for x in last]}",
           flush=True)
 
 
-async def _until_all_held(children: list[procs.Child], n: int,
-                          budget: float) -> list[dict[str, Any]]:
-    """Each member's latest progress once their live tenures add up to `n`, or at `budget`."""
+def group_outcome(members: list[str], reports: list[dict[str, Any]], n: int,
+                  released_ms: float, hold_ms: float) -> dict[str, Any]:
+    """What the members' final reports say together.
+
+    `acquire_s`: from the release until the last of the tenures live at the
+    end began (None unless every role is held then): a tenure superseded by
+    another member's does not count as the role held. A tenure ends
+    `superseded` when another member holds its role at the end; one that
+    ends while holding is counted whatever came after it.
+    """
+    held = [dict(report["held"]) for report in reports]
+    holders = Counter(i for mine in held for i in mine)
+    final = set(holders)
+    began = [t for mine in held for t in mine.values()]
+    superseded = sum(1 for k, report in enumerate(reports) for i, *_ in report["ended"]
+                     if i in final and i not in held[k])
+    return {
+        "split": {m: len(mine) for m, mine in zip(members, held, strict=True)},
+        "acquire_s": (round((max(began) - released_ms) / 1000, 2)
+                      if len(final) == n and began else None),
+        "roles_unheld_at_end": n - len(final),
+        "held_by_two": sum(1 for count in holders.values() if count > 1),
+        "tenures_superseded": superseded,
+        "tenures_ended_while_holding": sum(1 for report in reports
+                                           for _, _, at, _ in report["ended"] if at >= hold_ms),
+        "roles_lost_while_holding": sum(1 for report in reports
+                                        for i, _, at, _ in report["ended"]
+                                        if at >= hold_ms and i not in final),
+        "end_reasons": Counter(why.split("(")[0] for report in reports
+                               for *_, why in report["ended"]).most_common(3),
+    }
+
+
+async def _until_all_held(children: list[procs.Child], n: int, budget: float) -> int:
+    """How many roles the members hold together, once that is all `n` or at `budget`."""
     deadline = time.monotonic() + budget
     while True:
-        latest = []
+        held: set[int] = set()
         for child in children:
             if not child.alive():
                 raise procs.ChildError(f"{child.name} (pid {child.pid}) exited with "
                                        f"{child.process.returncode}; {child.tail()}")
             progress = _progress(child)
-            latest.append(progress[-1] if progress else {"held": 0, "ended": 0,
-                                                         "last_acquired_t": None})
-        if sum(e["held"] for e in latest) >= n or time.monotonic() > deadline:
-            return latest
+            held.update(progress[-1]["held_ids"] if progress else ())
+        if len(held) >= n or time.monotonic() > deadline:
+            return len(held)
         await asyncio.sleep(0.5)
 
 

@@ -24,10 +24,10 @@ role, so the orchestrator drives the phases with SIGUSR1: after
 the worker application starts a runner per role; a standby's
 `acquire_leadership` never returns, so a gate of N at a time would fill with
 standbys) and ``progress`` reports this member's live tenures every
-``--progress-every`` seconds with the wall-clock instant of its latest
-acquisition; the second signal opens the hold window (``holding``, the roles
-held then); the third closes it with ``renewals``: the samples of the window,
-the indices of the roles held at its end, and how many were lost or gained in it.
+``--progress-every`` seconds (the indices of the roles it holds); the second
+signal opens the hold window (``holding``); the third closes it with
+``renewals``: the samples of the window, each role held at its end with the
+instant its tenure began, and every tenure that ended (began, ended, why).
 """
 
 from __future__ import annotations
@@ -85,10 +85,6 @@ class Renewals:
         return renewed
 
 
-def errors_of(tenures: list[Leadership]) -> list[str]:
-    return [repr(leadership.err)[:200] for leadership in tenures if leadership.done.done()][:5]
-
-
 async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: Renewals) -> None:
     gate = asyncio.Semaphore(args.concurrency)
     held: list[Leadership] = []
@@ -127,7 +123,9 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     renewals.holding = False
     alive = sum(1 for leadership in held if not leadership.done.done())
     emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
-         alive=alive, ended=len(held) - alive, errors=errors_of(held))
+         alive=alive, ended=len(held) - alive,
+         errors=[repr(leadership.err)[:200] for leadership in held
+                 if leadership.done.done()][:5])
 
 
 async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
@@ -136,47 +134,44 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, phases.put_nowait, None)
     emit("ready")
     await phases.get()
-    held: dict[int, Leadership] = {}
+    live: dict[int, float] = {}  # role index -> wall-clock ms its live tenure began
+    ended: list[list[Any]] = []  # [index, began ms, ended ms, error] of each tenure that ended
     failures: list[str] = []
-    last_acquired: list[float] = []
     started = time.monotonic()
 
-    def live() -> set[int]:
-        return {i for i, leadership in held.items() if not leadership.done.done()}
-
     async def stand(i: int) -> None:
-        try:
-            leadership = await acquire_leadership(
-                transport, f"{args.prefix}.{i:05d}", args.member,
-                partitions=args.partitions, lease_duration=args.lease,
-                renew_interval=args.renew, challenge_stagger=args.stagger,
-                placement=args.placement)
-        except Exception as exc:
-            failures.append(repr(exc)[:300])
-            return
-        leadership.on_renewed = renewals.timer(leadership)
-        held[i] = leadership
-        last_acquired[:] = [time.time() * 1000]
+        """Campaign for role `i` for as long as this member runs, as a runner does."""
+        while True:
+            try:
+                leadership = await acquire_leadership(
+                    transport, f"{args.prefix}.{i:05d}", args.member,
+                    partitions=args.partitions, lease_duration=args.lease,
+                    renew_interval=args.renew, challenge_stagger=args.stagger,
+                    placement=args.placement)
+            except Exception as exc:
+                failures.append(repr(exc)[:300])
+                return
+            leadership.on_renewed = renewals.timer(leadership)
+            live[i] = time.time() * 1000
+            await leadership.done
+            ended.append([i, live.pop(i), time.time() * 1000, repr(leadership.err)[:200]])
 
     def progress() -> None:
-        emit("progress", held=len(live()), ended=len(held) - len(live()),
-             failed=len(failures), last_acquired_t=last_acquired[0] if last_acquired else None,
-             seconds=time.monotonic() - started)
+        emit("progress", held=len(live), held_ids=sorted(live), ended=len(ended),
+             failed=len(failures), seconds=time.monotonic() - started)
 
     emit("started")
     candidates = [asyncio.create_task(stand(i)) for i in range(args.roles)]
     ticker = asyncio.create_task(every(args.progress_every, progress))
     try:
         await phases.get()
-        at_start = live()
         renewals.holding = True
-        emit("holding", held=len(at_start))
+        emit("holding", held=len(live))
         await phases.get()
         renewals.holding = False
-        at_end = live()
         emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
-             held=sorted(at_end), lost=len(at_start - at_end), gained=len(at_end - at_start),
-             failed=len(failures), failures=failures[:5], errors=errors_of(list(held.values())))
+             held=sorted(live.items()), ended=ended, failed=len(failures),
+             failures=failures[:5])
     finally:
         ticker.cancel()
         for task in candidates:

@@ -9,7 +9,7 @@ import pytest
 
 from bench import limits
 from bench.plots import plot_all
-from bench.scale import acquisition_budget, growth, preferred_split
+from bench.scale import acquisition_budget, group_outcome, growth, preferred_split
 
 
 def test_the_budget_fits_a_linear_acquisition_at_the_rate_of_the_largest_n_measured():
@@ -97,3 +97,26 @@ def test_the_scale_plots_are_drawn_from_a_run_s_rows(tmp_path):
     written = plot_all(rows, tmp_path)
     assert {path.name for path in written} == {"bench-roles-scale.png",
                                               "bench-roles-scale-group.png"}
+
+
+def test_a_group_s_outcome_counts_the_final_holders_and_the_tenures_they_superseded():
+    members = ["group-1", "group-2"]
+    released, hold = 1_000.0, 9_000.0
+    reports = [
+        # group-1 took role 1 at 4 s after group-2's tenure of it began; holds 0 and 1.
+        {"held": [[0, 2_000.0], [1, 5_000.0]], "ended": []},
+        # group-2's tenure of role 1 ended (superseded), as did its tenure of role 2
+        # while holding, and nobody took role 2 again.
+        {"held": [], "ended": [[1, 3_000.0, 12_000.0, "FencedError(...)"],
+                               [2, 3_500.0, 10_000.0, "FencedError(...)"]]},
+    ]
+    outcome = group_outcome(members, reports, 3, released, hold)
+    assert outcome["split"] == {"group-1": 2, "group-2": 0}
+    assert outcome["acquire_s"] is None  # role 2 is not held at the end
+    assert outcome["roles_unheld_at_end"] == 1
+    assert outcome["tenures_superseded"] == 1
+    assert outcome["tenures_ended_while_holding"] == 2
+    assert outcome["roles_lost_while_holding"] == 1
+    assert outcome["held_by_two"] == 0
+    complete = group_outcome(members, reports, 2, released, hold)
+    assert complete["acquire_s"] == 4.0  # the last final tenure began 4 s after release
