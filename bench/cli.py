@@ -99,6 +99,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--group-roles", type=int, default=None,
                    help="roles of roles-scale-group, on a group of three workers "
                         "(default 3000; --quick 300)")
+    p.add_argument("--group-start-rate", type=float, default=0.0,
+                   help="roles-scale-group: each worker starts this many candidates a second "
+                        "(default 0: all at once, as the worker application does)")
     p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
     p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
     return p
@@ -141,6 +144,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                          else [100, 1000] if args.quick else [100, 1000, 4000, 10000])
     bench.scale_hold = args.scale_hold or (12.0 if args.quick else 40.0)
     bench.group_roles = args.group_roles or (300 if args.quick else 3000)
+    bench.group_start_rate = args.group_start_rate
     if SCALE & set(wanted):
         # Before any server starts: the broker and the workers inherit the limit.
         bench.file_limit = raise_file_limit(max(

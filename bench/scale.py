@@ -245,7 +245,8 @@ async def roles_scale_group(bench: Bench) -> None:
         "--bootstrap-servers", bench.bootstrap, "--state-topic", topic,
         "--partitions", str(PARTITIONS), "--roles", str(n), "--prefix", prefix,
         "--lease", str(LEASE), "--renew", str(RENEW), "--stagger", str(STAGGER),
-        "--progress-every", "1", name=f"group-{member}",
+        "--progress-every", "1", "--start-rate", str(bench.group_start_rate),
+        name=f"group-{member}",
         log=bench.folder / "logs" / f"group-{member}.log") for member in members]
     try:
         processes = [psutil.Process(child.pid) for child in children]
@@ -256,7 +257,8 @@ async def roles_scale_group(bench: Bench) -> None:
         released = now_ms()
         for child in children:
             child.signal(signal.SIGUSR1)
-        budget = BUDGET_FLOOR_S + n * BUDGET_PER_ROLE_S
+        budget = BUDGET_FLOOR_S + n * BUDGET_PER_ROLE_S + (
+            n / bench.group_start_rate if bench.group_start_rate > 0 else 0.0)
         covered = await _until_all_held(children, n, budget)
         if covered < n:
             print(f"  roles-scale-group: {covered} of {n} roles held after {budget:.0f} s",
@@ -290,8 +292,9 @@ async def roles_scale_group(bench: Bench) -> None:
     all_held_s = outcome["acquire_s"]
     roles = [f"{prefix}.{i:05d}" for i in range(n)]
     config = bench.config(
-        roles=n, members=members, placement="balanced", lease_s=LEASE, renew_s=RENEW,
-        stagger_s=STAGGER, partitions=PARTITIONS, hold_s=bench.scale_hold,
+        roles=n, members=members, placement="balanced", start_rate=bench.group_start_rate,
+        lease_s=LEASE, renew_s=RENEW, stagger_s=STAGGER, partitions=PARTITIONS,
+        hold_s=bench.scale_hold,
         acquire_budget_s=round(budget), held_at_hold_start=[h["held"] for h in holding],
         preferred_split=preferred_split(roles, members), **outcome,
         acquire_failures=sum(d["failed"] for d in done),

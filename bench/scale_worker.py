@@ -23,7 +23,7 @@ role, so the orchestrator drives the phases with SIGUSR1: after
 ``baseline`` the first signal starts a candidate for every role at once (as
 the worker application starts a runner per role; a standby's
 `acquire_leadership` never returns, so a gate of N at a time would fill with
-standbys) and ``progress`` reports this member's live tenures every
+standbys), or ``--start-rate`` a second, and ``progress`` reports this member's live tenures every
 ``--progress-every`` seconds (the indices of the roles it holds); the second
 signal opens the hold window (``holding``); the third closes it with
 ``renewals``: the samples of the window, each role held at its end with the
@@ -141,6 +141,9 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
 
     async def stand(i: int) -> None:
         """Campaign for role `i` for as long as this member runs, as a runner does."""
+        if args.start_rate > 0:
+            # A schedule shared by the members (released together): role i at i / rate.
+            await asyncio.sleep(i / args.start_rate)
         while True:
             try:
                 leadership = await acquire_leadership(
@@ -149,8 +152,10 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
                     renew_interval=args.renew, challenge_stagger=args.stagger,
                     placement=args.placement)
             except Exception as exc:
+                # A runner retries a failed campaign after its back-off (1 s at first).
                 failures.append(repr(exc)[:300])
-                return
+                await asyncio.sleep(1.0)
+                continue
             leadership.on_renewed = renewals.timer(leadership)
             live[i] = time.time() * 1000
             await leadership.done
@@ -217,6 +222,8 @@ def main() -> int:
     p.add_argument("--hold", type=float, default=40.0)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--progress-every", type=float, default=5.0)
+    p.add_argument("--start-rate", type=float, default=0.0,
+                   help="in a group: start this many candidates a second (0: all at once)")
     asyncio.run(run(p.parse_args()))
     return 0
 
