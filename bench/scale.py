@@ -328,7 +328,8 @@ async def roles_scale_group(bench: Bench) -> None:
     print(f"  roles-scale-group N={n}: all held in "
           f"{'-' if all_held_s is None else f'{all_held_s:.1f} s'}; split {split} "
           f"(hash prefers {config['preferred_split']}); unheld at the end "
-          f"{outcome['roles_unheld_at_end']}, held by two {outcome['held_by_two']}, tenures "
+          f"{outcome['roles_unheld_at_end']}, superseded but not yet told "
+          f"{outcome['stale_at_end']}, tenures "
           f"superseded {outcome['tenures_superseded']}, ended while holding "
           f"{outcome['tenures_ended_while_holding']}; RSS "
           f"{[round(max(s['rss'] for s in samples[k] + [last[k]])) for k in range(len(members))]}"
@@ -340,30 +341,37 @@ def group_outcome(members: list[str], reports: list[dict[str, Any]], n: int,
                   released_ms: float, hold_ms: float) -> dict[str, Any]:
     """What the members' final reports say together.
 
-    `acquire_s`: from the release until the last of the tenures live at the
-    end began (None unless every role is held then): a tenure superseded by
-    another member's does not count as the role held. A tenure ends
-    `superseded` when another member holds its role at the end; one that
-    ends while holding is counted whatever came after it.
+    A role's holder at the end is the member with its highest live tenure
+    (`Leadership.tenure` strictly increases): a lower one was superseded and
+    has not noticed yet, which a tenure learns at its next renewal, so two
+    members can both believe they hold a role for up to a renew interval
+    (`stale_at_end`). `acquire_s`: from the release until the last of the
+    holders' tenures began (None unless every role has a holder). A tenure
+    that ended counts as `superseded` when another member holds its role at
+    the end; one that ended while holding counts whatever came after it.
     """
-    held = [dict(report["held"]) for report in reports]
-    holders = Counter(i for mine in held for i in mine)
-    final = set(holders)
-    began = [t for mine in held for t in mine.values()]
+    best: dict[int, tuple[int, int, float]] = {}  # role -> (tenure, member index, began)
+    live = 0
+    for k, report in enumerate(reports):
+        for i, began, tenure in report["held"]:
+            live += 1
+            if i not in best or tenure > best[i][0]:
+                best[i] = (tenure, k, began)
+    holder = {i: k for i, (_, k, _) in best.items()}
     superseded = sum(1 for k, report in enumerate(reports) for i, *_ in report["ended"]
-                     if i in final and i not in held[k])
+                     if holder.get(i, k) != k)
     return {
-        "split": {m: len(mine) for m, mine in zip(members, held, strict=True)},
-        "acquire_s": (round((max(began) - released_ms) / 1000, 2)
-                      if len(final) == n and began else None),
-        "roles_unheld_at_end": n - len(final),
-        "held_by_two": sum(1 for count in holders.values() if count > 1),
+        "split": {m: sum(1 for k in holder.values() if k == j) for j, m in enumerate(members)},
+        "acquire_s": (round((max(b for _, _, b in best.values()) - released_ms) / 1000, 2)
+                      if len(best) == n else None),
+        "roles_unheld_at_end": n - len(best),
+        "stale_at_end": live - len(best),
         "tenures_superseded": superseded,
         "tenures_ended_while_holding": sum(1 for report in reports
                                            for _, _, at, _ in report["ended"] if at >= hold_ms),
         "roles_lost_while_holding": sum(1 for report in reports
                                         for i, _, at, _ in report["ended"]
-                                        if at >= hold_ms and i not in final),
+                                        if at >= hold_ms and i not in holder),
         "end_reasons": Counter(why.split("(")[0] for report in reports
                                for *_, why in report["ended"]).most_common(3),
     }

@@ -27,7 +27,9 @@ standbys), or ``--start-rate`` a second, and ``progress`` reports this member's 
 ``--progress-every`` seconds (the indices of the roles it holds); the second
 signal opens the hold window (``holding``); the third closes it with
 ``renewals``: the samples of the window, each role held at its end with the
-instant its tenure began, and every tenure that ended (began, ended, why).
+instant its tenure began and the tenure (the offset of its first lease:
+of two live tenures of a role, the higher superseded the other, which has not
+noticed yet), and every tenure that ended (began, ended, why).
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, phases.put_nowait, None)
     emit("ready")
     await phases.get()
-    live: dict[int, float] = {}  # role index -> wall-clock ms its live tenure began
+    live: dict[int, tuple[float, int]] = {}  # role index -> (wall-clock ms it began, tenure)
     ended: list[list[Any]] = []  # [index, began ms, ended ms, error] of each tenure that ended
     failures: list[str] = []
     started = time.monotonic()
@@ -157,9 +159,9 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
                 await asyncio.sleep(1.0)
                 continue
             leadership.on_renewed = renewals.timer(leadership)
-            live[i] = time.time() * 1000
+            live[i] = (time.time() * 1000, leadership.tenure)
             await leadership.done
-            ended.append([i, live.pop(i), time.time() * 1000, repr(leadership.err)[:200]])
+            ended.append([i, live.pop(i)[0], time.time() * 1000, repr(leadership.err)[:200]])
 
     def progress() -> None:
         emit("progress", held=len(live), held_ids=sorted(live), ended=len(ended),
@@ -175,7 +177,7 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
         await phases.get()
         renewals.holding = False
         emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
-             held=sorted(live.items()), ended=ended, failed=len(failures),
+             held=[[i, *live[i]] for i in sorted(live)], ended=ended, failed=len(failures),
              failures=failures[:5])
     finally:
         ticker.cancel()

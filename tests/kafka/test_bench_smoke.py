@@ -95,8 +95,8 @@ def test_a_group_of_three_workers_holds_every_role_once_and_reports_the_split(
     config = rows["acquire"]["configuration"]
     members = ["group-1", "group-2", "group-3"]
     assert config["members"] == members
-    assert sum(config["split"].values()) == 30
-    assert config["held_by_two"] == 0
+    assert sum(config["split"].values()) == 30  # one holder per role, the highest tenure
+    assert config["roles_unheld_at_end"] == 0
     assert sum(config["preferred_split"].values()) == 30
     for member in members:
         assert rows[f"held@{member}"]["samples"] == [float(config["split"][member])]

@@ -100,23 +100,25 @@ def test_the_scale_plots_are_drawn_from_a_run_s_rows(tmp_path):
 
 
 def test_a_group_s_outcome_counts_the_final_holders_and_the_tenures_they_superseded():
-    members = ["group-1", "group-2"]
+    members = ["group-1", "group-2", "group-3"]
     released, hold = 1_000.0, 9_000.0
     reports = [
-        # group-1 took role 1 at 4 s after group-2's tenure of it began; holds 0 and 1.
-        {"held": [[0, 2_000.0], [1, 5_000.0]], "ended": []},
+        # group-1 took role 1 (tenure 40) after group-2's tenure of it; holds 0 and 1.
+        {"held": [[0, 2_000.0, 10], [1, 5_000.0, 40]], "ended": []},
         # group-2's tenure of role 1 ended (superseded), as did its tenure of role 2
         # while holding, and nobody took role 2 again.
         {"held": [], "ended": [[1, 3_000.0, 12_000.0, "FencedError(...)"],
                                [2, 3_500.0, 10_000.0, "FencedError(...)"]]},
+        # group-3 believes it holds role 0 still, but group-1's tenure 10 is the later one.
+        {"held": [[0, 1_500.0, 5]], "ended": []},
     ]
     outcome = group_outcome(members, reports, 3, released, hold)
-    assert outcome["split"] == {"group-1": 2, "group-2": 0}
+    assert outcome["split"] == {"group-1": 2, "group-2": 0, "group-3": 0}
+    assert outcome["stale_at_end"] == 1
     assert outcome["acquire_s"] is None  # role 2 is not held at the end
     assert outcome["roles_unheld_at_end"] == 1
     assert outcome["tenures_superseded"] == 1
     assert outcome["tenures_ended_while_holding"] == 2
     assert outcome["roles_lost_while_holding"] == 1
-    assert outcome["held_by_two"] == 0
     complete = group_outcome(members, reports, 2, released, hold)
-    assert complete["acquire_s"] == 4.0  # the last final tenure began 4 s after release
+    assert complete["acquire_s"] == 4.0  # the last holder's tenure began 4 s after release
