@@ -117,7 +117,7 @@ def _by_n(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def _roles_scale(plt: Any, rows: list[dict[str, Any]]) -> Any:
-    """Acquisition time (with the linear line through 1 000 roles), RSS, renewal
+    """Acquisition time (with a linear line through 1 000 roles), RSS, renewal
     lateness p50/p99, fds and CPU against N; the limit that stopped N, if any."""
     by = _by_n(rows)
     fig, axes = plt.subplots(2, 3, figsize=(14, 8))
@@ -128,11 +128,12 @@ def _roles_scale(plt: Any, rows: list[dict[str, Any]]) -> Any:
     ax = axes[0][0]
     if acquire:
         ax.plot([n for n, _ in acquire], [t for _, t in acquire], "o-", label="measured")
-        reference = dict(acquire).get(1000)
-        if reference is not None:
-            ns = [n for n, _ in acquire]
-            ax.plot(ns, [reference * n / 1000 for n in ns], "--", color="tab:gray",
-                    label="linear through 1 000")
+        # Through 1 000 roles, as the growth figure; else through the smallest N.
+        through = 1000 if 1000 in dict(acquire) else acquire[0][0]
+        reference = dict(acquire)[through]
+        ns = [n for n, _ in acquire]
+        ax.plot(ns, [reference * n / through for n in ns], "--", color="tab:gray",
+                label=f"linear through {through:,}".replace(",", " "))
         ax.legend(fontsize=8)
     ax.set_ylabel("acquisition time (s)")
     for ax, metric, label, key in ((axes[0][1], "rss", "max RSS (MiB)", "max"),
@@ -191,7 +192,8 @@ def _roles_scale_group(plt: Any, rows: list[dict[str, Any]]) -> Any:
     acquire = config.get("acquire_s")
     bars.set_title(f"{config['roles']} roles, {len(members)} workers, balanced: all held in "
                    f"{'-' if acquire is None else f'{acquire:.1f} s'}, "
-                   f"{config['roles_lost_while_holding']} lost", fontsize=9)
+                   f"{config['roles_lost_while_holding']} lost while holding, "
+                   f"{config.get('roles_unheld_at_end', 0)} unheld at the end", fontsize=9)
 
     def cell(name: str, key: str, fmt: str) -> str:
         row = metric.get(name)
@@ -203,11 +205,11 @@ def _roles_scale_group(plt: Any, rows: list[dict[str, Any]]) -> Any:
              cell(f"renewal-lateness@{m}", "p99", ".0f")] for m in members]
     table.axis("off")
     cells = table.table(cellText=body, colLabels=["member", "held", "RSS MiB", "CPU %", "fds",
-                                                  "lateness p50 ms", "lateness p99 ms"],
+                                                  "lateness\np50 ms", "lateness\np99 ms"],
                         loc="center")
     cells.auto_set_font_size(False)
     cells.set_fontsize(9)
-    cells.scale(1, 1.6)
+    cells.scale(1, 2.2)
     fig.suptitle(f"A group of three workers (lease {config['lease_s']} s, "
                  f"renew {config['renew_s']} s, hold {config['hold_s']:.0f} s)")
     return fig
