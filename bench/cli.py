@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench import procs
 from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
+from bench.limits import raise_file_limit
 from bench.services import (
     Etcd,
     Kafka,
@@ -31,13 +32,14 @@ from bench.services import (
 from bench.stats import table
 
 # Figures in the priority order; `all` runs them in this order.
-# roles-scale runs last: at its largest N it may exhaust the broker's resources.
+# The scale figures run last: at their largest N they may exhaust the broker's resources.
 FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-           "zombie-in-flight", "fold-throughput", "roles-scale")
+           "zombie-in-flight", "fold-throughput", "roles-scale", "roles-scale-group")
 # The election figures that run krabka once per fencing mode (--fencing).
 BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
-NEEDS_KAFKA = {"authority-check", "roles-scale", "fold-throughput", *BY_FENCING}
+SCALE = {"roles-scale", "roles-scale-group"}
+NEEDS_KAFKA = {"authority-check", "fold-throughput", *SCALE, *BY_FENCING}
 WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
@@ -52,6 +54,7 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "zombie-writes": figures.zombie_writes,
         "zombie-in-flight": figures.zombie_in_flight,
         "roles-scale": scale.roles_scale,
+        "roles-scale-group": scale.roles_scale_group,
         "fold-throughput": fold.fold_throughput,
     }[name]
 
@@ -88,10 +91,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tail-wait-ms", type=int, default=200,
                    help="KafkaTransport tail_wait_ms of the krabka candidates")
     p.add_argument("--scale-roles", default=None,
-                   help="comma-separated N for roles-scale (default 100,1000,2000,4000,8000; "
+                   help="comma-separated N for roles-scale (default 100,1000,4000,10000; "
                         "--quick 100,1000)")
     p.add_argument("--scale-hold", type=float, default=None,
-                   help="seconds each roles-scale N is held (default 40; --quick 12)")
+                   help="seconds each roles-scale N, and the roles-scale-group roles, are "
+                        "held (default 40; --quick 12)")
+    p.add_argument("--group-roles", type=int, default=None,
+                   help="roles of roles-scale-group, on a group of three workers "
+                        "(default 3000; --quick 300)")
+    p.add_argument("--group-start-rate", type=float, default=0.0,
+                   help="roles-scale-group: each worker starts this many candidates a second "
+                        "(default 0: all at once, as the worker application does)")
     p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
     p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
     return p
@@ -131,8 +141,16 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     bench.write_interval = args.write_interval
     bench.tail_wait_ms = args.tail_wait_ms
     bench.scale_roles = ([int(n) for n in args.scale_roles.split(",")] if args.scale_roles
-                         else [100, 1000] if args.quick else [100, 1000, 2000, 4000, 8000])
+                         else [100, 1000] if args.quick else [100, 1000, 4000, 10000])
     bench.scale_hold = args.scale_hold or (12.0 if args.quick else 40.0)
+    bench.group_roles = args.group_roles or (300 if args.quick else 3000)
+    bench.group_start_rate = args.group_start_rate
+    if SCALE & set(wanted):
+        # Before any server starts: the broker and the workers inherit the limit.
+        bench.file_limit = raise_file_limit(max(
+            max(bench.scale_roles) if "roles-scale" in wanted else 0,
+            bench.group_roles if "roles-scale-group" in wanted else 0))
+        print(f"bench: open-file limit {bench.file_limit}", flush=True)
     import aiokafka
 
     bench.versions = {"kafka": "4.4.0", "aiokafka": aiokafka.__version__,

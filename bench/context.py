@@ -61,6 +61,10 @@ class Bench:
     scale_roles: list[int] = field(default_factory=lambda: [100, 1000])
     scale_hold: float = 40.0
     scale_limit: str = ""
+    group_roles: int = 3000
+    group_start_rate: float = 0.0
+    file_limit: dict[str, Any] = field(default_factory=dict)
+    """What `bench.limits.raise_file_limit` did before the servers started."""
     kafka_pids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -2,7 +2,8 @@
 
 Empirical CDFs of the time figures (crash failover, overshoot, graceful
 handover, authority check), zombie writes per trial (both zombie figures; term
-mode's legend adds what `TermFilter` dropped) and roles-scale curves.
+mode's legend adds what `TermFilter` dropped), roles-scale curves against N
+and the roles-scale-group split.
 Needs matplotlib (the bench extra).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -97,31 +99,120 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         save(fig, f"bench-{figure}.png")
     scale = [r for r in results if r["figure"] == "roles-scale" and r.get("samples")]
     if scale:
-        by: dict[str, dict[int, dict[str, Any]]] = {}
-        for row in scale:
-            match = re.fullmatch(r"(.+)@(\d+)", row.get("metric") or "")
-            if match:
-                by.setdefault(match.group(1), {})[int(match.group(2))] = row
-        fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-        for ax, metric, label in ((axes[0], "rss", "max RSS (MiB)"),
-                                  (axes[1], "fds", "file descriptors"),
-                                  (axes[2], "cpu", "CPU (% of one core)")):
-            points = sorted(by.get(metric, {}).items())
-            key = "max" if metric != "cpu" else "p50"
-            ax.plot([n for n, _ in points], [r[key] for _, r in points], "o-")
-            ax.set_xscale("log")
-            ax.set_xlabel("roles held by one worker")
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-        lat = sorted(by.get("renewal-latency", {}).items())
-        if lat:
-            twin = axes[2].twinx()
-            twin.plot([n for n, _ in lat], [r["p99"] for _, r in lat], "s--", color="tab:red",
-                      label="renewal p99 (ms)")
-            twin.set_ylabel("renewal latency p99 (ms)", color="tab:red")
-        fig.suptitle("One worker holding N roles (lease 30 s, renew 10 s)")
-        save(fig, "bench-roles-scale.png")
+        save(_roles_scale(plt, scale), "bench-roles-scale.png")
+    group = [r for r in results if r["figure"] == "roles-scale-group"]
+    if any(r.get("metric", "").startswith("held@") for r in group):
+        save(_roles_scale_group(plt, group), "bench-roles-scale-group.png")
     return written
+
+
+def _by_n(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The rows of a ``metric@N`` figure by metric, then N."""
+    by: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in rows:
+        match = re.fullmatch(r"(.+)@(\d+)", row.get("metric") or "")
+        if match:
+            by.setdefault(match.group(1), {})[int(match.group(2))] = row
+    return by
+
+
+def _roles_scale(plt: Any, rows: list[dict[str, Any]]) -> Any:
+    """Acquisition time (with a linear line through 1 000 roles), RSS, renewal
+    lateness p50/p99, fds and CPU against N; the limit that stopped N, if any."""
+    by = _by_n(rows)
+    fig, axes = plt.subplots(2, 3, figsize=(14, 8))
+    # The acquisition time is in every row's configuration (also in runs older
+    # than the acquire@N rows).
+    acquire = sorted((n, r["configuration"]["acquire_s"]) for n, r in by.get("rss", {}).items()
+                     if r["configuration"].get("acquire_s") is not None)
+    ax = axes[0][0]
+    if acquire:
+        ax.plot([n for n, _ in acquire], [t for _, t in acquire], "o-", label="measured")
+        # Through 1 000 roles, as the growth figure; else through the smallest N.
+        through = 1000 if 1000 in dict(acquire) else acquire[0][0]
+        reference = dict(acquire)[through]
+        ns = [n for n, _ in acquire]
+        ax.plot(ns, [reference * n / through for n in ns], "--", color="tab:gray",
+                label=f"linear through {through:,}".replace(",", " "))
+        ax.legend(fontsize=8)
+    ax.set_ylabel("acquisition time (s)")
+    for ax, metric, label, key in ((axes[0][1], "rss", "max RSS (MiB)", "max"),
+                                   (axes[1][0], "fds", "file descriptors", "max"),
+                                   (axes[1][1], "cpu", "CPU while holding (% of one core)",
+                                    "p50")):
+        points = sorted(by.get(metric, {}).items())
+        ax.plot([n for n, _ in points], [r[key] for _, r in points], "o-")
+        ax.set_ylabel(label)
+    ax = axes[0][2]
+    lateness = sorted(by.get("renewal-lateness", {}).items())
+    for key, style in (("p50", "o-"), ("p99", "s--")):
+        ax.plot([n for n, _ in lateness], [r[key] for _, r in lateness], style,
+                label=f"lateness {key}")
+    ax.axhline(1000, color="tab:red", alpha=0.4, label="1 s")
+    ax.set_ylabel("renewal lateness (ms)")
+    ax.legend(fontsize=8)
+    for ax in (*axes[0], *axes[1][:2]):
+        ax.set_xscale("log")
+        ax.set_xlabel("roles held by one worker")
+        ax.grid(alpha=0.3)
+    config = rows[0]["configuration"]
+    notes = [f"limit: {config.get('limit', '?')}"]
+    rate = config.get("acquisition_growth")
+    if rate:
+        notes.append(f"acquisition {rate['from_roles']} -> {rate['to_roles']} roles: "
+                     f"{rate['time_ratio']}x the time for {rate['roles_ratio']}x the roles "
+                     f"({rate['vs_linear']}x linear)")
+    notes.append(f"worker open-file limit {config.get('nofile_worker', config.get('nofile'))}")
+    axes[1][2].axis("off")
+    axes[1][2].text(0, 1, "\n\n".join(textwrap.fill(n, 48) for n in notes), va="top",
+                    fontsize=8)
+    fig.suptitle(f"One worker holding N roles (lease {config.get('lease_s')} s, "
+                 f"renew {config.get('renew_s')} s)")
+    return fig
+
+
+def _roles_scale_group(plt: Any, rows: list[dict[str, Any]]) -> Any:
+    """Roles held per member beside the hash's preferred split, and a table of
+    each member's RSS, CPU, fds and renewal lateness."""
+    metric = {r.get("metric"): r for r in rows}
+    config = next(r["configuration"] for r in rows)
+    members = config["members"]
+    fig, (bars, table) = plt.subplots(1, 2, figsize=(12, 4),
+                                      gridspec_kw={"width_ratios": [1, 1.4]})
+    xs = range(len(members))
+    held = [config["split"][m] for m in members]
+    bars.bar([x - 0.2 for x in xs], held, width=0.4, label="held")
+    bars.bar([x + 0.2 for x in xs], [config["preferred_split"][m] for m in members],
+             width=0.4, color="tab:gray", label="the hash prefers")
+    bars.axhline(config["roles"] / len(members), color="tab:red", alpha=0.4,
+                 label="even split")
+    bars.set_xticks(list(xs), members)
+    bars.set_ylabel("roles")
+    bars.legend(fontsize=8)
+    acquire = config.get("acquire_s")
+    bars.set_title(f"{config['roles']} roles, {len(members)} workers, balanced: all held in "
+                   f"{'-' if acquire is None else f'{acquire:.1f} s'}, "
+                   f"{config['roles_lost_while_holding']} lost while holding, "
+                   f"{config.get('roles_unheld_at_end', 0)} unheld at the end", fontsize=9)
+
+    def cell(name: str, key: str, fmt: str) -> str:
+        row = metric.get(name)
+        return "-" if row is None or row.get(key) is None else format(row[key], fmt)
+
+    body = [[m, str(config["split"][m]), cell(f"rss@{m}", "max", ".0f"),
+             cell(f"cpu@{m}", "p50", ".1f"), cell(f"fds@{m}", "max", ".0f"),
+             cell(f"renewal-lateness@{m}", "p50", ".0f"),
+             cell(f"renewal-lateness@{m}", "p99", ".0f")] for m in members]
+    table.axis("off")
+    cells = table.table(cellText=body, colLabels=["member", "held", "RSS MiB", "CPU %", "fds",
+                                                  "lateness\np50 ms", "lateness\np99 ms"],
+                        loc="center")
+    cells.auto_set_font_size(False)
+    cells.set_fontsize(9)
+    cells.scale(1, 2.2)
+    fig.suptitle(f"A group of three workers (lease {config['lease_s']} s, "
+                 f"renew {config['renew_s']} s, hold {config['hold_s']:.0f} s)")
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

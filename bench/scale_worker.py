@@ -1,16 +1,35 @@
-"""One worker process holding N roles (the roles-scale figure).
+"""One worker process holding N roles (roles-scale), or one member of a group
+standing for N roles (roles-scale-group).
 
     python -m bench.scale_worker --bootstrap-servers B --state-topic T --roles N ...
+    python -m bench.scale_worker ... --group --member group-1 --placement balanced
 
 Raises its RLIMIT_NOFILE soft limit to the hard limit, opens one
 `KafkaTransport` (one transactional producer per held role; the registration
-producer, the tail consumer, the reader and the admin client are shared),
-acquires N roles (``--concurrency`` at a time), then holds them for
-``--hold`` seconds while they renew, timing every renewal. JSON lines:
-``baseline`` (transport started, nothing held), ``progress``, ``acquired``,
-``holding``, ``renewals`` (latency and lateness samples, roles still held).
+producer, the tail consumer, the reader and the admin client are shared).
 Lateness is how long after it was due a renewal was written: the previous
 grant plus the tenure's jittered interval (`coordination.tenure.renewal_delay_ms`).
+Every event is one JSON line on stdout.
+
+Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
+holds them for ``--hold`` seconds while they renew, timing every renewal.
+Events: ``baseline`` (transport started, nothing held), ``progress`` (every
+tenth of N and every ``--progress-every`` seconds, so a stop says where it
+was), ``acquired``, ``holding``, ``renewals`` (latency and lateness samples,
+roles still held).
+
+In a group (``--group``): a member does not know when the group holds every
+role, so the orchestrator drives the phases with SIGUSR1: after
+``baseline`` the first signal starts a candidate for every role at once (as
+the worker application starts a runner per role; a standby's
+`acquire_leadership` never returns, so a gate of N at a time would fill with
+standbys), or ``--start-rate`` a second, and ``progress`` reports this member's live tenures every
+``--progress-every`` seconds (the indices of the roles it holds); the second
+signal opens the hold window (``holding``); the third closes it with
+``renewals``: the samples of the window, each role held at its end with the
+instant its tenure began and the tenure (the offset of its first lease:
+of two live tenures of a role, the higher superseded the other, which has not
+noticed yet), and every tenure that ended (began, ended, why).
 """
 
 from __future__ import annotations
@@ -19,6 +38,7 @@ import argparse
 import asyncio
 import json
 import resource
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +46,7 @@ from typing import Any
 
 from coordination import Leadership, Lease, acquire_leadership
 from coordination.defaults import PARTITIONS
+from coordination.evaluate import PLACEMENTS
 from coordination.kafka import KafkaTransport
 from coordination.tenure import renewal_delay_ms
 
@@ -34,69 +55,155 @@ def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "t": time.time() * 1000, **fields}), flush=True)
 
 
+class Renewals:
+    """Every renewal's latency and lateness while `holding` is set."""
+
+    def __init__(self, member: str, renew: float) -> None:
+        self.member = member
+        self.renew_ms = round(renew * 1000)
+        self.holding = False
+        self.latency_ms: list[float] = []
+        self.lateness_ms: list[float] = []
+
+    def timer(self, leadership: Leadership) -> Callable[[Lease, float], None]:
+        """A renewal observer for one tenure: its latency, and its lateness against
+        the instant it was due (the previous grant, the first being the tenure's
+        first lease, plus the jittered interval)."""
+        role = leadership.role
+        first = getattr(leadership, "lease", None)  # an epoch tenure's first lease
+        previous: list[int] = [] if first is None else [first.granted_at]
+        count = [0]
+
+        def renewed(lease: Lease, latency: float) -> None:
+            if self.holding:
+                self.latency_ms.append(latency * 1000)
+                if previous:
+                    due = previous[0] + renewal_delay_ms(role, self.member, count[0],
+                                                         self.renew_ms)
+                    self.lateness_ms.append(float(lease.granted_at - due))
+            previous[:] = [lease.granted_at]
+            count[0] += 1
+
+        return renewed
+
+
+async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: Renewals) -> None:
+    gate = asyncio.Semaphore(args.concurrency)
+    held: list[Leadership] = []
+    failures: list[str] = []
+    started = time.monotonic()
+
+    def progress() -> None:
+        emit("progress", done=len(held) + len(failures), held=len(held), failed=len(failures),
+             seconds=time.monotonic() - started)
+
+    async def take(i: int) -> None:
+        async with gate:
+            try:
+                leadership = await acquire_leadership(
+                    transport, f"{args.prefix}.{i:05d}", args.member,
+                    partitions=args.partitions, lease_duration=args.lease,
+                    renew_interval=args.renew, challenge_stagger=args.stagger,
+                    placement=args.placement)
+                leadership.on_renewed = renewals.timer(leadership)
+                held.append(leadership)
+            except Exception as exc:
+                failures.append(repr(exc)[:300])
+            if (len(held) + len(failures)) % max(1, args.roles // 10) == 0:
+                progress()
+
+    ticker = asyncio.create_task(every(args.progress_every, progress))
+    try:
+        await asyncio.gather(*(take(i) for i in range(args.roles)))
+    finally:
+        ticker.cancel()
+    emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
+         seconds=time.monotonic() - started)
+    renewals.holding = True
+    emit("holding")
+    await asyncio.sleep(args.hold)
+    renewals.holding = False
+    alive = sum(1 for leadership in held if not leadership.done.done())
+    emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
+         alive=alive, ended=len(held) - alive,
+         errors=[repr(leadership.err)[:200] for leadership in held
+                 if leadership.done.done()][:5])
+
+
+async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
+                          renewals: Renewals) -> None:
+    phases: asyncio.Queue[None] = asyncio.Queue()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, phases.put_nowait, None)
+    emit("ready")
+    await phases.get()
+    live: dict[int, tuple[float, int]] = {}  # role index -> (wall-clock ms it began, tenure)
+    ended: list[list[Any]] = []  # [index, began ms, ended ms, error] of each tenure that ended
+    failures: list[str] = []
+    started = time.monotonic()
+
+    async def stand(i: int) -> None:
+        """Campaign for role `i` for as long as this member runs, as a runner does."""
+        if args.start_rate > 0:
+            # A schedule shared by the members (released together): role i at i / rate.
+            await asyncio.sleep(i / args.start_rate)
+        while True:
+            try:
+                leadership = await acquire_leadership(
+                    transport, f"{args.prefix}.{i:05d}", args.member,
+                    partitions=args.partitions, lease_duration=args.lease,
+                    renew_interval=args.renew, challenge_stagger=args.stagger,
+                    placement=args.placement)
+            except Exception as exc:
+                # A runner retries a failed campaign after its back-off (1 s at first).
+                failures.append(repr(exc)[:300])
+                await asyncio.sleep(1.0)
+                continue
+            leadership.on_renewed = renewals.timer(leadership)
+            live[i] = (time.time() * 1000, leadership.tenure)
+            await leadership.done
+            ended.append([i, live.pop(i)[0], time.time() * 1000, repr(leadership.err)[:200]])
+
+    def progress() -> None:
+        emit("progress", held=len(live), held_ids=sorted(live), ended=len(ended),
+             failed=len(failures), seconds=time.monotonic() - started)
+
+    emit("started")
+    candidates = [asyncio.create_task(stand(i)) for i in range(args.roles)]
+    ticker = asyncio.create_task(every(args.progress_every, progress))
+    try:
+        await phases.get()
+        renewals.holding = True
+        emit("holding", held=len(live))
+        await phases.get()
+        renewals.holding = False
+        emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
+             held=[[i, *live[i]] for i in sorted(live)], ended=ended, failed=len(failures),
+             failures=failures[:5])
+    finally:
+        ticker.cancel()
+        for task in candidates:
+            task.cancel()
+
+
+async def every(seconds: float, call: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        call()
+
+
 async def run(args: argparse.Namespace) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     async with KafkaTransport(args.bootstrap_servers, topic=args.state_topic) as transport:
         await transport.check_topic(args.partitions, args.lease)
-        holding = False
-        latencies: list[float] = []
-        lateness: list[float] = []
-        renew_ms = round(args.renew * 1000)
-
-        def timer(role: str) -> Callable[[Lease, float], None]:
-            """A renewal observer: latency, and lateness against the instant the
-            renewal was due (the previous grant plus the jittered interval)."""
-            previous: list[int] = []
-            count = [0]
-
-            def renewed(lease: Lease, latency: float) -> None:
-                if holding:
-                    latencies.append(latency * 1000)
-                    if previous:
-                        due = previous[0] + renewal_delay_ms(role, args.member, count[0],
-                                                             renew_ms)
-                        lateness.append(float(lease.granted_at - due))
-                previous[:] = [lease.granted_at]
-                count[0] += 1
-
-            return renewed
-
-        emit("baseline", nofile=[soft, hard])
+        renewals = Renewals(args.member, args.renew)
+        emit("baseline", nofile=[soft, hard],
+             nofile_raised=list(resource.getrlimit(resource.RLIMIT_NOFILE)))
         await asyncio.sleep(1.0)
-        gate = asyncio.Semaphore(args.concurrency)
-        held: list[Leadership] = []
-        failures: list[str] = []
-        started = time.monotonic()
-
-        async def take(i: int) -> None:
-            async with gate:
-                try:
-                    leadership = await acquire_leadership(
-                        transport, f"{args.prefix}.{i:05d}", args.member,
-                        partitions=args.partitions, lease_duration=args.lease,
-                        renew_interval=args.renew, challenge_stagger=args.stagger)
-                    leadership.on_renewed = timer(leadership.role)
-                    held.append(leadership)
-                except Exception as exc:
-                    failures.append(repr(exc)[:300])
-                done = len(held) + len(failures)
-                if done % max(1, args.roles // 10) == 0:
-                    emit("progress", done=done, held=len(held), failed=len(failures),
-                         seconds=time.monotonic() - started)
-
-        await asyncio.gather(*(take(i) for i in range(args.roles)))
-        emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
-             seconds=time.monotonic() - started)
-        holding = True
-        emit("holding")
-        await asyncio.sleep(args.hold)
-        holding = False
-        alive = sum(1 for leadership in held if not leadership.done.done())
-        errors = [repr(leadership.err)[:200] for leadership in held
-                  if leadership.done.done()][:5]
-        emit("renewals", latency_ms=latencies, lateness_ms=lateness, alive=alive,
-             ended=len(held) - alive, errors=errors)
+        if args.group:
+            await member_of_group(args, transport, renewals)
+        else:
+            await alone(args, transport, renewals)
         await asyncio.sleep(3600)  # the orchestrator stops this process by PID
 
 
@@ -108,11 +215,17 @@ def main() -> int:
     p.add_argument("--roles", type=int, required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--member", default="scale-worker")
+    p.add_argument("--placement", choices=PLACEMENTS, default="registration")
+    p.add_argument("--group", action="store_true",
+                   help="a member of a group: phases driven by SIGUSR1 (see the module doc)")
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--renew", type=float, default=10.0)
     p.add_argument("--stagger", type=float, default=5.0)
     p.add_argument("--hold", type=float, default=40.0)
     p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--progress-every", type=float, default=5.0)
+    p.add_argument("--start-rate", type=float, default=0.0,
+                   help="in a group: start this many candidates a second (0: all at once)")
     asyncio.run(run(p.parse_args()))
     return 0
 

@@ -77,3 +77,28 @@ def test_term_mode_runs_beside_epoch_mode_in_the_election_figures(kafka_bootstra
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["fencing"] == ["epoch", "term"]
     assert len(meta["load_average"]["before"]) == 3
+
+
+def test_a_group_of_three_workers_holds_every_role_once_and_reports_the_split(
+        kafka_bootstrap, tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "roles-scale-group", "--systems", "krabka",
+         "--group-roles", "30", "--scale-hold", "2", "--bootstrap-servers", kafka_bootstrap,
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r.get("metric"): r for r in json.loads(out.read_text())
+            if r["figure"] == "roles-scale-group"}
+    config = rows["acquire"]["configuration"]
+    members = ["group-1", "group-2", "group-3"]
+    assert config["members"] == members
+    assert sum(config["split"].values()) == 30  # one holder per role, the highest tenure
+    assert config["roles_unheld_at_end"] == 0
+    assert sum(config["preferred_split"].values()) == 30
+    for member in members:
+        assert rows[f"held@{member}"]["samples"] == [float(config["split"][member])]
+        assert rows[f"fds@{member}"]["n"] == 1
+        assert rows[f"rss@{member}"]["n"] >= 1

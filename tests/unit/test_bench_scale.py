@@ -1,0 +1,124 @@
+"""The scale figures' arithmetic: acquisition budget, growth against linear, the
+hash's preferred split, the open-file limit the bench asks for, and the plots."""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+
+from bench import limits
+from bench.plots import plot_all
+from bench.scale import acquisition_budget, group_outcome, growth, preferred_split
+
+
+def test_the_budget_fits_a_linear_acquisition_at_the_rate_of_the_largest_n_measured():
+    # 1 000 roles in 100 s (10 roles/s, slower than any run measured so far):
+    # 10 000 at that rate take 1 000 s, and the budget leaves room beyond it.
+    assert acquisition_budget(10_000, {100: 5.0, 1000: 100.0}) > 10 * 100.0
+    # Nothing measured yet: the fixed allowance of 4 roles/s.
+    assert acquisition_budget(10_000, {}) == 60 + 10_000 * 0.25
+
+
+def test_growth_is_one_when_acquisition_time_is_linear_in_the_roles():
+    rate = growth({100: 1.0, 1000: 10.0, 10_000: 100.0})
+    assert rate is not None
+    assert (rate["from_roles"], rate["to_roles"]) == (1000, 10_000)
+    assert rate["vs_linear"] == 1.0
+
+
+def test_growth_above_one_says_superlinear_and_falls_back_to_the_smallest_n():
+    rate = growth({100: 1.0, 400: 8.0})
+    assert rate is not None
+    assert rate["from_roles"] == 100
+    assert rate["vs_linear"] == 2.0
+
+
+def test_growth_needs_two_sizes():
+    assert growth({1000: 9.0}) is None
+
+
+def test_the_preferred_split_gives_every_role_to_exactly_one_member():
+    members = ["group-1", "group-2", "group-3"]
+    split = preferred_split([f"role-{i:03d}" for i in range(300)], members)
+    assert sum(split.values()) == 300
+    assert all(60 < held < 140 for held in split.values()), split
+
+
+def test_the_file_limit_asked_for_fits_the_roles_and_is_capped_by_the_kernel(monkeypatch):
+    assert limits.wanted_file_limit(10_000) >= 2 * 10_000 + 250
+    monkeypatch.setattr(limits, "_read_int", lambda path: 50_000)  # fs.nr_open
+    assert limits.wanted_file_limit(10**6) == 50_000
+
+
+def test_a_refused_raise_is_recorded_and_leaves_the_limit_as_it_was(monkeypatch):
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def refuse(which: int, value: tuple[int, int]) -> None:
+        raise ValueError("not allowed to raise maximum limit")
+
+    monkeypatch.setattr(limits.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(limits.resource, "setrlimit", refuse)
+    record = limits.raise_file_limit(10**6)
+    assert record["raised"] is False
+    assert "refused" in record["why"]
+    assert record["after"] == list(before)
+
+
+def test_not_root_keeps_the_hard_limit(monkeypatch):
+    monkeypatch.setattr(limits.os, "geteuid", lambda: 1000)
+    record = limits.raise_file_limit(10**6)
+    assert record["raised"] is False
+    assert record["why"].startswith("not root")
+
+
+def _row(figure: str, metric: str, samples: list[float], config: dict[str, object]) -> dict:
+    ordered = sorted(samples)
+    return {"figure": figure, "system": "krabka", "metric": metric, "samples": samples,
+            "n": len(samples), "min": ordered[0], "max": ordered[-1],
+            "p50": ordered[len(ordered) // 2], "p90": ordered[-1], "p99": ordered[-1],
+            "configuration": config}
+
+
+def test_the_scale_plots_are_drawn_from_a_run_s_rows(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = []
+    for n, seconds in ((100, 1.0), (1000, 9.0), (4000, 40.0)):
+        config = {"acquire_s": seconds, "lease_s": 30.0, "renew_s": 10.0, "limit": "none",
+                  "acquisition_growth": growth({100: 1.0, 1000: 9.0, 4000: 40.0})}
+        rows += [_row("roles-scale", f"{metric}@{n}", [float(n)], config)
+                 for metric in ("rss", "fds", "cpu", "renewal-lateness")]
+    members = ["group-1", "group-2", "group-3"]
+    group = {"members": members, "roles": 30, "split": dict.fromkeys(members, 10),
+             "preferred_split": dict.fromkeys(members, 10), "acquire_s": 2.0,
+             "roles_lost_while_holding": 0, "lease_s": 30.0, "renew_s": 10.0, "hold_s": 12.0}
+    rows += [_row("roles-scale-group", f"{metric}@{m}", [10.0], group)
+             for m in members for metric in ("held", "rss", "cpu", "fds")]
+    written = plot_all(rows, tmp_path)
+    assert {path.name for path in written} == {"bench-roles-scale.png",
+                                              "bench-roles-scale-group.png"}
+
+
+def test_a_group_s_outcome_counts_the_final_holders_and_the_tenures_they_superseded():
+    members = ["group-1", "group-2", "group-3"]
+    released, hold = 1_000.0, 9_000.0
+    reports = [
+        # group-1 took role 1 (tenure 40) after group-2's tenure of it; holds 0 and 1.
+        {"held": [[0, 2_000.0, 10], [1, 5_000.0, 40]], "ended": []},
+        # group-2's tenure of role 1 ended (superseded), as did its tenure of role 2
+        # while holding, and nobody took role 2 again.
+        {"held": [], "ended": [[1, 3_000.0, 12_000.0, "FencedError(...)"],
+                               [2, 3_500.0, 10_000.0, "FencedError(...)"]]},
+        # group-3 believes it holds role 0 still, but group-1's tenure 10 is the later one.
+        {"held": [[0, 1_500.0, 5]], "ended": []},
+    ]
+    outcome = group_outcome(members, reports, 3, released, hold)
+    assert outcome["split"] == {"group-1": 2, "group-2": 0, "group-3": 0}
+    assert outcome["stale_at_end"] == 1
+    assert outcome["acquire_s"] is None  # role 2 is not held at the end
+    assert outcome["roles_unheld_at_end"] == 1
+    assert outcome["tenures_superseded"] == 1
+    assert outcome["tenures_ended_while_holding"] == 2
+    assert outcome["roles_lost_while_holding"] == 1
+    complete = group_outcome(members, reports, 2, released, hold)
+    assert complete["acquire_s"] == 4.0  # the last holder's tenure began 4 s after release
