@@ -3,9 +3,10 @@
 Like tests/faults/test_faults_real.py, each test runs `tests.faults.fault_member` processes
 for one role, injects one fault, lets the role settle, stops every process by
 PID and ends with the history checker (a ``FAULT-REPORT`` line): no
-violation, nothing lost. These faults take a broker away, so each test starts
-its own single broker with deploy/kafka/kafka.py on free ports and stops it
-with ``kafka.py down`` at the end, also when the test fails.
+violation, nothing lost. These faults take a broker away, so the module starts
+its own single broker with deploy/kafka/kafka.py on free ports (the network
+test one more, on the veth's address) and stops it with ``kafka.py down`` at
+the end, also when a test fails; each test uses fresh topics and a fresh role.
 
 - The broker restarted while a role is held: the leader cannot renew, so it
   stops at its fence deadline; once the broker is back, the role is led again.
@@ -101,7 +102,7 @@ class Broker:
         assert done.returncode == 0, done.stdout + done.stderr
 
     def start(self) -> None:
-        """Start node 1 again; return once it answers Metadata."""
+        """Start node 1 unless it runs; return once it answers Metadata."""
         done = _kafka("start-node", "--dir", str(self.folder), "--node", "1")
         assert done.returncode == 0, done.stdout + done.stderr
 
@@ -215,10 +216,20 @@ def namespace() -> Iterator[Namespace]:
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture
-def broker(tmp_path) -> Iterator[Broker]:
-    with own_broker(tmp_path / "kafka") as started:
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory) -> Iterator[Broker]:
+    with own_broker(tmp_path_factory.mktemp("kafka")) as started:
         yield started
+
+
+@pytest.fixture
+def broker(module_broker) -> Broker:
+    """The module's broker, running and answering. Each test that stops it
+    starts it again (or SIGCONTs it) before it ends; one that failed before
+    that leaves it down, or frozen, and the next test brings it back."""
+    module_broker.kill("CONT")
+    module_broker.start()
+    return module_broker
 
 
 @pytest.fixture

@@ -137,17 +137,18 @@ class Cluster:
                                 "--timeout", str(START_TIMEOUT - 30), timeout=START_TIMEOUT)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    """This test's own 3-node cluster, stopped by ``kafka.py down`` at the end.
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory):
+    """This module's 3-node cluster, stopped by ``kafka.py down`` at the end.
 
     A port taken between the check and the bind (another test's broker) is
     retried on other ports, in a fresh folder."""
     folders: list[Path] = []
     started_at = time.monotonic()
+    base = tmp_path_factory.mktemp("cluster")
     try:
         for attempt in range(3):
-            folders.append(tmp_path / f"kafka-{attempt}")
+            folders.append(base / f"kafka-{attempt}")
             up = subprocess.run(
                 [*KAFKA, "up", "--dir", str(folders[-1]), "--port", str(free_base_port()),
                  "--nodes", str(NODES), "--timeout", str(START_TIMEOUT - 30)],
@@ -162,6 +163,18 @@ def cluster(tmp_path):
         for folder in folders:
             subprocess.run([*KAFKA, "down", "--dir", str(folder), "--timeout", "60"],
                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+@pytest.fixture
+def cluster(module_cluster):
+    """The module's cluster with every node running and answering. Each test
+    restarts the node it kills before it ends; one that failed before that
+    leaves the node down, or frozen, and the next test starts it again."""
+    for node in range(1, NODES + 1):
+        module_cluster.kafka("kill", "--node", str(node), "--signal", "CONT")
+        module_cluster.kafka("start-node", "--node", str(node), "--timeout",
+                             str(START_TIMEOUT - 30), timeout=START_TIMEOUT)
+    return module_cluster
 
 
 @pytest.fixture
