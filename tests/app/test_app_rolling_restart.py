@@ -44,10 +44,10 @@ START = 60.0
 service starts before table recovery, docs/app.md)."""
 POLL = 0.1
 SEEK_CHECK = "tests.app.faust_seek_check"
-HANDOVERS = 6
-"""Three restarts of each worker; from the third on, each stops a worker a few
-seconds after its own restart (the case of docs/upstream-faust.md, report 4).
-docs/reliability.md's runs of 20 set it to 20."""
+HANDOVERS = 20
+"""Ten restarts of each worker: the count the rolling-restart guarantee is
+stated for (docs/reliability.md); from the third on, each stops a worker a
+few seconds after its own restart (the case of docs/upstream-faust.md, report 4)."""
 SAMPLE_TIMEOUT = 2.0
 """Seconds a worker's web view may take to answer a probe."""
 
@@ -250,9 +250,9 @@ def _fences(group: AppGroup) -> list[str]:
             if re.search(r"was fenced|is superseded \(", line)]
 
 
-def test_a_rolling_restart_hands_the_role_over_at_every_restart(group):
+def test_a_rolling_restart_hands_the_role_over_twenty_times(group):
     """A leads and B stands by; SIGTERM A, B takes over, A starts again at
-    once; once A is registered, SIGTERM B, and so on, `HANDOVERS` times. No worker
+    once; once A is registered, SIGTERM B, and so on, twenty times. No worker
     may exit on its own, no stretch without a live lease may outlast lease +
     stagger x members (the slot of the last member after a lapse), and no
     fresh tenure may be fenced: each successor keeps the role until it is
