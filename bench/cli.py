@@ -30,19 +30,22 @@ from bench.services import (
 )
 from bench.stats import table
 
+# The whole Faust worker's figures (bench.worker_figures).
+WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-latency")
 # Figures in the priority order; `all` runs them in this order.
 # roles-scale runs last: at its largest N it may exhaust the broker's resources.
 FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-           "zombie-in-flight", "fold-throughput", "roles-scale")
+           "zombie-in-flight", "fold-throughput", *WORKER_FIGURES, "roles-scale")
 # The election figures that run krabka once per fencing mode (--fencing).
 BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
-NEEDS_KAFKA = {"authority-check", "roles-scale", "fold-throughput", *BY_FENCING}
+NEEDS_KAFKA = {"authority-check", "roles-scale", "fold-throughput", *WORKER_FIGURES,
+               *BY_FENCING}
 WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
 def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
-    from bench import figures, fold, scale
+    from bench import figures, fold, scale, worker_figures
 
     return {
         "codec": figures.codec,
@@ -53,6 +56,10 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "zombie-in-flight": figures.zombie_in_flight,
         "roles-scale": scale.roles_scale,
         "fold-throughput": fold.fold_throughput,
+        "worker-fold": worker_figures.worker_fold,
+        "worker-recovery": worker_figures.worker_recovery,
+        "event-latency": worker_figures.event_latency,
+        "webview-latency": worker_figures.webview_latency,
     }[name]
 
 
@@ -92,6 +99,13 @@ def parser() -> argparse.ArgumentParser:
                         "--quick 100,1000)")
     p.add_argument("--scale-hold", type=float, default=None,
                    help="seconds each roles-scale N is held (default 40; --quick 12)")
+    p.add_argument("--worker-records", type=int, default=None,
+                   help="state records worker-fold folds (default 100000; --quick 10000)")
+    p.add_argument("--recovery-roles", type=int, default=None,
+                   help="roles worker-recovery recovers (default 10000; --quick 1000)")
+    p.add_argument("--commit-intervals", default=None,
+                   help="comma-separated commit intervals (s) of event-latency "
+                        "(default 0.1,0.2,1.0; --quick 0.2,1.0)")
     p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
     p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
     return p
@@ -133,6 +147,10 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     bench.scale_roles = ([int(n) for n in args.scale_roles.split(",")] if args.scale_roles
                          else [100, 1000] if args.quick else [100, 1000, 2000, 4000, 8000])
     bench.scale_hold = args.scale_hold or (12.0 if args.quick else 40.0)
+    bench.worker_records = args.worker_records
+    bench.recovery_roles = args.recovery_roles
+    bench.commit_intervals = ([float(x) for x in args.commit_intervals.split(",")]
+                              if args.commit_intervals else None)
     import aiokafka
 
     bench.versions = {"kafka": "4.4.0", "aiokafka": aiokafka.__version__,

@@ -24,12 +24,15 @@ from typing import Any
 
 from bench.context import Bench
 from bench.stats import Result
+from coordination import Kind, decode_key, decode_lease, decode_registration
 
 PARTITIONS = 16
 MEMBERS = ("worker-1.example:6066", "worker-2.example:6066")
 
 
-async def _fill(bench: Bench, topic: str, records: int) -> int:
+async def fill(bench: Bench, topic: str, records: int, *, leases: int = 18) -> int:
+    """`records` state records: per role two registrations and `leases` lease records
+    (two tenures), written with the library's codec; returns how many were sent."""
     from aiokafka import AIOKafkaProducer
 
     from coordination import (
@@ -48,7 +51,7 @@ async def _fill(bench: Bench, topic: str, records: int) -> int:
     await producer.start()
     try:
         now = int(time.time() * 1000)
-        roles = max(1, records // 20)
+        roles = max(1, records // (2 + leases))
         sent = 0
         pending = []
         for i in range(roles):
@@ -58,10 +61,11 @@ async def _fill(bench: Bench, topic: str, records: int) -> int:
                 (encode_key(registration_key(role, m)), encode_registration(Registration(m, now)))
                 for m in MEMBERS]
             key = encode_key(lease_key(role))
-            for r in range(18):
-                holder = MEMBERS[r // 9]
-                batch.append((key, encode_lease(Lease(holder, 5000 + i, r // 9, now + r * 1000,
-                                                      now + r * 1000 + 3000))))
+            half = max(1, leases // 2)
+            for r in range(leases):
+                holder = MEMBERS[min(r // half, 1)]
+                batch.append((key, encode_lease(Lease(holder, 5000 + i, min(r // half, 1),
+                                                      now + r * 1000, now + r * 1000 + 3000))))
             for k, v in batch:
                 pending.append(await producer.send(topic, v, key=k, partition=partition))
                 sent += 1
@@ -92,7 +96,8 @@ class _Events:
         self.sent += 1
 
 
-async def _consume(bench: Bench, topic: str, handle: Any) -> int:
+async def consume(bench: Bench, topic: str, handle: Any) -> int:
+    """Read every partition of `topic` to its end (read_committed), `handle` per record."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bench.bootstrap,
@@ -110,25 +115,31 @@ async def _consume(bench: Bench, topic: str, handle: Any) -> int:
         count = 0
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
-            for tp, messages in batch.items():
+            for messages in batch.values():
                 for message in messages:
                     await handle(message)
                 count += len(messages)
-                if messages and messages[-1].offset + 1 >= ends[tp]:
+            # The position, not the last record's offset: a transactional topic's
+            # last offset is a commit marker, which the consumer skips.
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
         return count
     finally:
         await consumer.stop()
 
 
-async def fold_throughput(bench: Bench) -> None:
-    from coordination import (
-        Kind,
-        decode_key,
-        decode_lease,
-        decode_registration,
-    )
+async def decode_only(message: Any) -> None:
+    """The raw baseline's step: decode the record's key and value, nothing else."""
+    key = decode_key(message.key)
+    if message.value:
+        if key.kind == Kind.LEASE:
+            decode_lease(message.value)
+        else:
+            decode_registration(message.value)
 
+
+async def fold_throughput(bench: Bench) -> None:
     try:
         from agents.fold import apply_record
     except ImportError as exc:
@@ -139,15 +150,7 @@ async def fold_throughput(bench: Bench) -> None:
     records = 20_000 if bench.quick else 200_000
     topic = f"bench-fold-{bench.run_id}"
     await bench.create_topic(topic, PARTITIONS)
-    filled = await _fill(bench, topic, records)
-
-    async def raw(message: Any) -> None:
-        key = decode_key(message.key)
-        if message.value:
-            if key.kind == Kind.LEASE:
-                decode_lease(message.value)
-            else:
-                decode_registration(message.value)
+    filled = await fill(bench, topic, records)
 
     rates: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
     events = _Events()
@@ -166,9 +169,9 @@ async def fold_throughput(bench: Bench) -> None:
                         value=message.value, timestamp=message.timestamp / 1000))
                 handler = fold
             else:
-                handler = raw
+                handler = decode_only
             started = time.perf_counter()
-            count = await _consume(bench, topic, handler)
+            count = await consume(bench, topic, handler)
             rates[system].append(count / (time.perf_counter() - started))
             print(f"  [fold-throughput] {system} trial {i + 1}/{trials}: {count} records",
                   flush=True)
