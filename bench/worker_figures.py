@@ -136,6 +136,7 @@ async def worker_recovery(bench: Bench) -> None:
     # One lease per role: the table holds `roles` values; the fold is not what is timed.
     filled = await fold.fill(bench, group.state_topic, roles * 3, leases=1)
     times: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+    startups: list[float] = []
     async with _session() as session:
         worker, _ = await _folded(bench, group, session)
         try:
@@ -167,6 +168,15 @@ async def worker_recovery(bench: Bench) -> None:
                     times[system].append(await _recovered(worker, session, reference))
                 finally:
                     await worker.stop()
+                # The same worker with nothing to recover: what the process start,
+                # the group join and the first probe cost by themselves.
+                empty = WorkerGroup(bench, f"recovery-empty-{i}", PARTITIONS)
+                empty.create_topics()
+                worker = empty.start()
+                try:
+                    startups.append(await _recovered(worker, session, {}))
+                finally:
+                    await worker.stop()
             print(f"  [worker-recovery] trial {i + 1}/{trials}: krabka "
                   f"{times['krabka'][-1]:.2f} s, raw {times['aiokafka-raw'][-1]:.2f} s",
                   flush=True)
@@ -178,6 +188,9 @@ async def worker_recovery(bench: Bench) -> None:
     bench.add(Result("worker-recovery", "aiokafka-raw", "s", times["aiokafka-raw"],
                      {**config, "what": "read_committed consumer: the role_state changelog "
                                         "to its end, last value per key"}))
+    bench.add(Result("worker-recovery", "krabka", "s", startups,
+                     {**config, "what": "the same on a new group with no state records"},
+                     metric="startup"))
 
 
 async def _recovered(worker: AppWorker, session: Any,
