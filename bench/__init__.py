@@ -13,7 +13,9 @@ term mode's rows are system ``krabka-term``).
 Modules: `cli` (entry point), `context` (shared run state and workers),
 `figures` (codec, authority-check, graceful-handover, crash-failover and
 deadline-overshoot, zombie-writes, zombie-in-flight), `scale` + `scale_worker` (roles-scale),
-`fold` (fold-throughput), `worker` (one candidate process of any system),
+`fold` (fold-throughput), `worker_figures` + `app_worker` + `static_web` (the whole
+Faust worker: worker-fold, worker-recovery, event-latency, webview-latency),
+`worker` (one candidate process of any system),
 `peers` (the etcd and ZooKeeper election recipes), `services` (the servers),
 `procs` (child processes), `stats` (summaries, JSON, table), `plots` (PNG).
 Results and how to read them: ``docs/benchmarks.md``.

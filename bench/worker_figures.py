@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from bench import fold, procs
-from bench.app_worker import AppWorker, WorkerGroup, free_port, until
+from bench.app_worker import FOLD_PROBE_INTERVAL, AppWorker, WorkerGroup, free_port, until
 from bench.context import Bench
 from bench.stats import Result
 
@@ -73,7 +73,8 @@ async def worker_fold(bench: Bench) -> None:
     trials = 1 if bench.quick else max(1, min(bench.trials, 3))
     full_topic = f"bench-worker-fold-{bench.run_id}"
     empty_topic = f"bench-worker-empty-{bench.run_id}"
-    first = WorkerGroup(bench, "fold-full-0", PARTITIONS, state_topic=full_topic)
+    first = WorkerGroup(bench, "fold-full-0", PARTITIONS, state_topic=full_topic,
+                        probe_interval=FOLD_PROBE_INTERVAL)
     first.create_topics()
     filled = await fold.fill(bench, full_topic, records)
     roles = max(1, records // 20)
@@ -89,12 +90,14 @@ async def worker_fold(bench: Bench) -> None:
                     count = await fold.consume(bench, full_topic, fold.decode_only)
                     rates[system].append(count / (time.perf_counter() - started))
                     continue
-                empty = WorkerGroup(bench, f"fold-empty-{i}", PARTITIONS, state_topic=empty_topic)
+                empty = WorkerGroup(bench, f"fold-empty-{i}", PARTITIONS, state_topic=empty_topic,
+                                    probe_interval=FOLD_PROBE_INTERVAL)
                 empty.create_topics()
                 worker, startup = await _folded(bench, empty, session)
                 await worker.stop()
-                full = first if i == 0 else WorkerGroup(bench, f"fold-full-{i}", PARTITIONS,
-                                                        state_topic=full_topic)
+                full = first if i == 0 else WorkerGroup(
+                    bench, f"fold-full-{i}", PARTITIONS, state_topic=full_topic,
+                    probe_interval=FOLD_PROBE_INTERVAL)
                 if full is not first:
                     full.create_topics()
                 worker, took = await _folded(bench, full, session)
