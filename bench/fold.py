@@ -18,6 +18,7 @@ commits). Measuring a whole worker is the plan in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -88,6 +89,11 @@ class _Metrics:
         pass
 
 
+class _Feed:
+    def publish(self, event: Any) -> None:
+        pass
+
+
 class _Events:
     def __init__(self) -> None:
         self.sent = 0
@@ -142,6 +148,7 @@ async def decode_only(message: Any) -> None:
 async def fold_throughput(bench: Bench) -> None:
     try:
         from agents.fold import apply_record
+        from app.settings import Settings
     except ImportError as exc:
         for system in ("krabka", "aiokafka-raw"):
             bench.skip_result("fold-throughput", system, "records/s",
@@ -159,9 +166,12 @@ async def fold_throughput(bench: Bench) -> None:
         order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
         for system in order:
             if system == "krabka":
+                # What `apply_record` reads of the worker's `app.context.Context`.
                 ctx = SimpleNamespace(
                     tables=SimpleNamespace(role_state={}, partition_state={}),
-                    partitions=PARTITIONS, metrics=_Metrics(), events_topic=events)
+                    partitions=PARTITIONS, metrics=_Metrics(), events_topic=events,
+                    settings=Settings(partitions=PARTITIONS), fold_lock=asyncio.Lock(),
+                    feed=_Feed())
 
                 async def fold(message: Any, ctx: Any = ctx) -> None:
                     await apply_record(ctx, SimpleNamespace(
