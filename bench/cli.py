@@ -31,20 +31,23 @@ from bench.services import (
 )
 from bench.stats import table
 
+# The whole Faust worker's figures (bench.worker_figures).
+WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-latency")
 # Figures in the priority order; `all` runs them in this order.
 # The scale figures run last: at their largest N they may exhaust the broker's resources.
 FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-           "zombie-in-flight", "fold-throughput", "roles-scale", "roles-scale-group")
+           "zombie-in-flight", "fold-throughput", *WORKER_FIGURES, "roles-scale",
+           "roles-scale-group")
 # The election figures that run krabka once per fencing mode (--fencing).
 BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
 SCALE = {"roles-scale", "roles-scale-group"}
-NEEDS_KAFKA = {"authority-check", "fold-throughput", *SCALE, *BY_FENCING}
+NEEDS_KAFKA = {"authority-check", "fold-throughput", *WORKER_FIGURES, *SCALE, *BY_FENCING}
 WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
 def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
-    from bench import figures, fold, scale
+    from bench import figures, fold, scale, worker_figures
 
     return {
         "codec": figures.codec,
@@ -56,6 +59,10 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "roles-scale": scale.roles_scale,
         "roles-scale-group": scale.roles_scale_group,
         "fold-throughput": fold.fold_throughput,
+        "worker-fold": worker_figures.worker_fold,
+        "worker-recovery": worker_figures.worker_recovery,
+        "event-latency": worker_figures.event_latency,
+        "webview-latency": worker_figures.webview_latency,
     }[name]
 
 
@@ -102,6 +109,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--group-start-rate", type=float, default=0.0,
                    help="roles-scale-group: each worker starts this many candidates a second "
                         "(default 0: all at once, as the worker application does)")
+    p.add_argument("--worker-records", type=int, default=None,
+                   help="state records worker-fold folds (default 100000; --quick 10000)")
+    p.add_argument("--recovery-roles", type=int, default=None,
+                   help="roles worker-recovery recovers (default 10000; --quick 1000)")
+    p.add_argument("--commit-intervals", default=None,
+                   help="comma-separated commit intervals (s) of event-latency "
+                        "(default 0.1,0.2,1.0; --quick 0.2,1.0)")
     p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
     p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
     return p
@@ -151,6 +165,10 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
             max(bench.scale_roles) if "roles-scale" in wanted else 0,
             bench.group_roles if "roles-scale-group" in wanted else 0))
         print(f"bench: open-file limit {bench.file_limit}", flush=True)
+    bench.worker_records = args.worker_records
+    bench.recovery_roles = args.recovery_roles
+    bench.commit_intervals = ([float(x) for x in args.commit_intervals.split(",")]
+                              if args.commit_intervals else None)
     import aiokafka
 
     bench.versions = {"kafka": "4.4.0", "aiokafka": aiokafka.__version__,

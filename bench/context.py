@@ -66,6 +66,10 @@ class Bench:
     file_limit: dict[str, Any] = field(default_factory=dict)
     """What `bench.limits.raise_file_limit` did before the servers started."""
     kafka_pids: list[int] = field(default_factory=list)
+    worker_records: int | None = None
+    """worker-fold's state records (None: the figure's default for --quick or not)."""
+    recovery_roles: int | None = None
+    commit_intervals: list[float] | None = None
 
     def __post_init__(self) -> None:
         self.state_topic = f"bench-state-{self.run_id}"

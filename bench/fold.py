@@ -18,18 +18,22 @@ commits). Measuring a whole worker is the plan in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 from typing import Any
 
 from bench.context import Bench
 from bench.stats import Result
+from coordination import Kind, decode_key, decode_lease, decode_registration
 
 PARTITIONS = 16
 MEMBERS = ("worker-1.example:6066", "worker-2.example:6066")
 
 
-async def _fill(bench: Bench, topic: str, records: int) -> int:
+async def fill(bench: Bench, topic: str, records: int, *, leases: int = 18) -> int:
+    """`records` state records: per role two registrations and `leases` lease records
+    (two tenures), written with the library's codec; returns how many were sent."""
     from aiokafka import AIOKafkaProducer
 
     from coordination import (
@@ -48,7 +52,7 @@ async def _fill(bench: Bench, topic: str, records: int) -> int:
     await producer.start()
     try:
         now = int(time.time() * 1000)
-        roles = max(1, records // 20)
+        roles = max(1, records // (2 + leases))
         sent = 0
         pending = []
         for i in range(roles):
@@ -58,10 +62,11 @@ async def _fill(bench: Bench, topic: str, records: int) -> int:
                 (encode_key(registration_key(role, m)), encode_registration(Registration(m, now)))
                 for m in MEMBERS]
             key = encode_key(lease_key(role))
-            for r in range(18):
-                holder = MEMBERS[r // 9]
-                batch.append((key, encode_lease(Lease(holder, 5000 + i, r // 9, now + r * 1000,
-                                                      now + r * 1000 + 3000))))
+            half = max(1, leases // 2)
+            for r in range(leases):
+                holder = MEMBERS[min(r // half, 1)]
+                batch.append((key, encode_lease(Lease(holder, 5000 + i, min(r // half, 1),
+                                                      now + r * 1000, now + r * 1000 + 3000))))
             for k, v in batch:
                 pending.append(await producer.send(topic, v, key=k, partition=partition))
                 sent += 1
@@ -84,6 +89,11 @@ class _Metrics:
         pass
 
 
+class _Feed:
+    def publish(self, event: Any) -> None:
+        pass
+
+
 class _Events:
     def __init__(self) -> None:
         self.sent = 0
@@ -92,7 +102,8 @@ class _Events:
         self.sent += 1
 
 
-async def _consume(bench: Bench, topic: str, handle: Any) -> int:
+async def consume(bench: Bench, topic: str, handle: Any) -> int:
+    """Read every partition of `topic` to its end (read_committed), `handle` per record."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bench.bootstrap,
@@ -110,27 +121,34 @@ async def _consume(bench: Bench, topic: str, handle: Any) -> int:
         count = 0
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
-            for tp, messages in batch.items():
+            for messages in batch.values():
                 for message in messages:
                     await handle(message)
                 count += len(messages)
-                if messages and messages[-1].offset + 1 >= ends[tp]:
+            # The position, not the last record's offset: a transactional topic's
+            # last offset is a commit marker, which the consumer skips.
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
         return count
     finally:
         await consumer.stop()
 
 
-async def fold_throughput(bench: Bench) -> None:
-    from coordination import (
-        Kind,
-        decode_key,
-        decode_lease,
-        decode_registration,
-    )
+async def decode_only(message: Any) -> None:
+    """The raw baseline's step: decode the record's key and value, nothing else."""
+    key = decode_key(message.key)
+    if message.value:
+        if key.kind == Kind.LEASE:
+            decode_lease(message.value)
+        else:
+            decode_registration(message.value)
 
+
+async def fold_throughput(bench: Bench) -> None:
     try:
         from agents.fold import apply_record
+        from app.settings import Settings
     except ImportError as exc:
         for system in ("krabka", "aiokafka-raw"):
             bench.skip_result("fold-throughput", system, "records/s",
@@ -139,15 +157,7 @@ async def fold_throughput(bench: Bench) -> None:
     records = 20_000 if bench.quick else 200_000
     topic = f"bench-fold-{bench.run_id}"
     await bench.create_topic(topic, PARTITIONS)
-    filled = await _fill(bench, topic, records)
-
-    async def raw(message: Any) -> None:
-        key = decode_key(message.key)
-        if message.value:
-            if key.kind == Kind.LEASE:
-                decode_lease(message.value)
-            else:
-                decode_registration(message.value)
+    filled = await fill(bench, topic, records)
 
     rates: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
     events = _Events()
@@ -156,9 +166,12 @@ async def fold_throughput(bench: Bench) -> None:
         order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
         for system in order:
             if system == "krabka":
+                # What `apply_record` reads of the worker's `app.context.Context`.
                 ctx = SimpleNamespace(
                     tables=SimpleNamespace(role_state={}, partition_state={}),
-                    partitions=PARTITIONS, metrics=_Metrics(), events_topic=events)
+                    partitions=PARTITIONS, metrics=_Metrics(), events_topic=events,
+                    settings=Settings(partitions=PARTITIONS), fold_lock=asyncio.Lock(),
+                    feed=_Feed())
 
                 async def fold(message: Any, ctx: Any = ctx) -> None:
                     await apply_record(ctx, SimpleNamespace(
@@ -166,9 +179,9 @@ async def fold_throughput(bench: Bench) -> None:
                         value=message.value, timestamp=message.timestamp / 1000))
                 handler = fold
             else:
-                handler = raw
+                handler = decode_only
             started = time.perf_counter()
-            count = await _consume(bench, topic, handler)
+            count = await consume(bench, topic, handler)
             rates[system].append(count / (time.perf_counter() - started))
             print(f"  [fold-throughput] {system} trial {i + 1}/{trials}: {count} records",
                   flush=True)

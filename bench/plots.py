@@ -2,8 +2,9 @@
 
 Empirical CDFs of the time figures (crash failover, overshoot, graceful
 handover, authority check), zombie writes per trial (both zombie figures; term
-mode's legend adds what `TermFilter` dropped), roles-scale curves against N
-and the roles-scale-group split.
+mode's legend adds what `TermFilter` dropped), roles-scale curves against N,
+the roles-scale-group split and the event latency against the worker's
+commit interval.
 Needs matplotlib (the bench extra).
 """
 
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 COLORS = {"krabka": "tab:blue", "krabka-term": "tab:purple", "etcd": "tab:orange",
-          "zookeeper": "tab:green", "aiokafka-raw": "tab:gray", "orjson": "tab:gray"}
+          "zookeeper": "tab:green", "aiokafka-raw": "tab:gray", "orjson": "tab:gray",
+          "aiohttp-static": "tab:gray"}
 
 
 def _ecdf(ax: Any, rows: list[dict[str, Any]], title: str, xlabel: str, *,
@@ -97,6 +99,28 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_ylabel("old leader's writes accepted")
         ax.legend(fontsize=8)
         save(fig, f"bench-{figure}.png")
+    latency = [r for r in results if r["figure"] == "event-latency" and r.get("samples")]
+    if latency:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for system in sorted({r["system"] for r in latency}):
+            points = sorted((r["configuration"]["commit_interval_s"], r) for r in latency
+                            if r["system"] == system)
+            xs = [x for x, _ in points]
+            for key, style in (("p50", "o-"), ("p99", "s--")):
+                ax.plot(xs, [r[key] for _, r in points], style, color=COLORS.get(system),
+                        label=f"{system} {key}")
+        intervals = sorted({r["configuration"]["commit_interval_s"] for r in latency})
+        ax.plot(intervals, [x * 1000 + 100 for x in intervals], ":", color="tab:red",
+                label="target p99: interval + 100 ms")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("worker commit interval (s, COORDINATION_COMMIT_INTERVAL)")
+        ax.set_ylabel("lease commit to record read (ms)")
+        ax.set_title("Event latency against the commit interval\n(krabka: the elected event; "
+                     "aiokafka-raw: the lease record itself)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, "bench-event-latency.png")
     scale = [r for r in results if r["figure"] == "roles-scale" and r.get("samples")]
     if scale:
         save(_roles_scale(plt, scale), "bench-roles-scale.png")

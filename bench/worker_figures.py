@@ -1,0 +1,420 @@
+"""The whole Faust worker measured, each figure beside a raw aiokafka (or aiohttp) baseline.
+
+- ``worker-fold``: records/s of one worker folding a pre-filled state topic
+  (``bench.fold.fill``: registrations and leases of many roles) into its
+  RocksDB table, changelog and events, exactly-once: from the spawn of the
+  process to ``GET /ready`` showing a fold lag of 0 on every partition,
+  minus the same for an empty state topic measured in the same trial.
+  Baseline ``aiokafka-raw``: fold-throughput's own read_committed
+  consume-and-decode of the same topic (`bench.fold.consume`).
+- ``worker-recovery``: a worker restarted with an empty data directory, from
+  the spawn to ``GET /ready`` answering 200 and ``GET /roles/`` listing every
+  role as the worker that folded them listed it. Baseline ``aiokafka-raw``:
+  one read_committed consumer reading the role_state changelog to its end,
+  keeping the last value of each key (a restore's least work).
+- ``event-latency``: from a lease record's commit (a transactional producer
+  of the bench) to the worker's ``elected`` event being read by a
+  read_committed subscriber of the events topic, per commit interval
+  (``COORDINATION_COMMIT_INTERVAL``). Baseline ``aiokafka-raw``: the same
+  subscriber reading the lease record itself off the state topic.
+- ``webview-latency``: ``GET /roles/{role}/`` and ``GET /roles/`` of one
+  worker holding 1 000 roles, sequential requests over one keep-alive aiohttp
+  session. Baseline ``aiohttp-static``: `bench.static_web` answering the same
+  bodies from memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import Any
+
+from bench import fold, procs
+from bench.app_worker import FOLD_PROBE_INTERVAL, AppWorker, WorkerGroup, free_port, until
+from bench.context import Bench
+from bench.stats import Result
+
+PARTITIONS = fold.PARTITIONS
+FOLD_TIMEOUT = 1800.0
+"""Seconds a worker may take to fold or recover before the trial fails."""
+
+
+def _session() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+
+
+def _rows(body: Any) -> dict[str, dict[str, Any]] | None:
+    """``GET /roles/``'s rows by role, without the status (it is computed at the read)."""
+    if not isinstance(body, dict) or not isinstance(body.get("roles"), list):
+        return None
+    return {row["role"]: {k: v for k, v in row.items() if k != "status"}
+            for row in body["roles"]}
+
+
+async def _folded(bench: Bench, group: WorkerGroup, session: Any) -> tuple[AppWorker, float]:
+    """A new worker of `group` and the seconds it took to fold its state topic to the end."""
+    worker = group.start()
+    try:
+        return worker, await worker.folded_to_end(session, FOLD_TIMEOUT)
+    except BaseException:
+        await worker.stop()
+        raise
+
+
+# --------------------------------------------------------------------------- worker-fold
+
+
+async def worker_fold(bench: Bench) -> None:
+    records = bench.worker_records or (10_000 if bench.quick else 100_000)
+    trials = 1 if bench.quick else max(1, min(bench.trials, 3))
+    full_topic = f"bench-worker-fold-{bench.run_id}"
+    empty_topic = f"bench-worker-empty-{bench.run_id}"
+    first = WorkerGroup(bench, "fold-full-0", PARTITIONS, state_topic=full_topic,
+                        probe_interval=FOLD_PROBE_INTERVAL)
+    first.create_topics()
+    filled = await fold.fill(bench, full_topic, records)
+    roles = max(1, records // 20)
+    rates: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+    startups: list[float] = []
+    to_end: list[float] = []
+    async with _session() as session:
+        for i in range(trials):
+            order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
+            for system in order:
+                if system == "aiokafka-raw":
+                    started = time.perf_counter()
+                    count = await fold.consume(bench, full_topic, fold.decode_only)
+                    rates[system].append(count / (time.perf_counter() - started))
+                    continue
+                empty = WorkerGroup(bench, f"fold-empty-{i}", PARTITIONS, state_topic=empty_topic,
+                                    probe_interval=FOLD_PROBE_INTERVAL)
+                empty.create_topics()
+                worker, startup = await _folded(bench, empty, session)
+                await worker.stop()
+                full = first if i == 0 else WorkerGroup(
+                    bench, f"fold-full-{i}", PARTITIONS, state_topic=full_topic,
+                    probe_interval=FOLD_PROBE_INTERVAL)
+                if full is not first:
+                    full.create_topics()
+                worker, took = await _folded(bench, full, session)
+                try:
+                    status, body = await worker.get(session, "/roles/")
+                    listed = _rows(body) or {}
+                    if len(listed) != roles:
+                        _, ready = await worker.get(session, "/ready")
+                        raise RuntimeError(f"worker-fold: the worker lists {len(listed)} roles "
+                                           f"after folding, not {roles} ({status}: "
+                                           f"{str(body)[:300]}; /ready: {ready})")
+                finally:
+                    await worker.stop()
+                startups.append(startup)
+                to_end.append(took)
+                rates[system].append(filled / max(took - startup, 1e-3))
+            print(f"  [worker-fold] trial {i + 1}/{trials}: krabka {rates['krabka'][-1]:.0f}, "
+                  f"raw {rates['aiokafka-raw'][-1]:.0f} records/s", flush=True)
+    config = bench.config(records=filled, roles=roles, partitions=PARTITIONS, trials_run=trials)
+    bench.add(Result("worker-fold", "krabka", "records/s", rates["krabka"],
+                     {**config, "what": "records / (spawn to fold lag 0 on every partition, "
+                                        "minus the same on an empty state topic)"},
+                     higher_is_better=True,
+                     extra={"startup_s": startups, "to_end_s": to_end}))
+    bench.add(Result("worker-fold", "aiokafka-raw", "records/s", rates["aiokafka-raw"],
+                     {**config, "what": "fold-throughput's read_committed consume + decode"},
+                     higher_is_better=True))
+    bench.add(Result("worker-fold", "krabka", "s", startups, config, metric="startup"))
+
+
+# --------------------------------------------------------------------------- worker-recovery
+
+
+async def worker_recovery(bench: Bench) -> None:
+    roles = bench.recovery_roles or (1_000 if bench.quick else 10_000)
+    trials = 1 if bench.quick else max(1, min(bench.trials, 3))
+    group = WorkerGroup(bench, "recovery", PARTITIONS)
+    group.create_topics()
+    # One lease per role: the table holds `roles` values; the fold is not what is timed.
+    filled = await fold.fill(bench, group.state_topic, roles * 3, leases=1)
+    times: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+    startups: list[float] = []
+    async with _session() as session:
+        worker, _ = await _folded(bench, group, session)
+        try:
+            _, body = await worker.get(session, "/roles/")
+            reference = _rows(body) or {}
+        finally:
+            await worker.stop()
+        if len(reference) != roles:
+            raise RuntimeError(f"worker-recovery: the folding worker lists {len(reference)} "
+                               f"roles, not {roles}")
+        changelog_records = 0
+        for i in range(trials):
+            order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
+            for system in order:
+                if system == "aiokafka-raw":
+                    table: dict[bytes, bytes] = {}
+
+                    async def keep(message: Any, table: dict[bytes, bytes] = table) -> None:
+                        table[message.key] = message.value
+                    started = time.perf_counter()
+                    changelog_records = await fold.consume(bench, group.changelog, keep)
+                    times[system].append(time.perf_counter() - started)
+                    if len(table) != roles:
+                        raise RuntimeError(f"worker-recovery: the changelog holds "
+                                           f"{len(table)} roles, not {roles}")
+                    continue
+                worker = group.start()
+                try:
+                    times[system].append(await _recovered(worker, session, reference))
+                finally:
+                    await worker.stop()
+                # The same worker with nothing to recover: what the process start,
+                # the group join and the first probe cost by themselves.
+                empty = WorkerGroup(bench, f"recovery-empty-{i}", PARTITIONS)
+                empty.create_topics()
+                worker = empty.start()
+                try:
+                    startups.append(await _recovered(worker, session, {}))
+                finally:
+                    await worker.stop()
+            print(f"  [worker-recovery] trial {i + 1}/{trials}: krabka "
+                  f"{times['krabka'][-1]:.2f} s, raw {times['aiokafka-raw'][-1]:.2f} s",
+                  flush=True)
+    config = bench.config(roles=roles, state_records=filled, partitions=PARTITIONS,
+                          changelog_records=changelog_records, trials_run=trials)
+    bench.add(Result("worker-recovery", "krabka", "s", times["krabka"],
+                     {**config, "what": "spawn with an empty data directory to /ready 200 "
+                                        "and GET /roles/ equal to the folding worker's"}))
+    bench.add(Result("worker-recovery", "aiokafka-raw", "s", times["aiokafka-raw"],
+                     {**config, "what": "read_committed consumer: the role_state changelog "
+                                        "to its end, last value per key"}))
+    bench.add(Result("worker-recovery", "krabka", "s", startups,
+                     {**config, "what": "the same on a new group with no state records"},
+                     metric="startup"))
+
+
+async def _recovered(worker: AppWorker, session: Any,
+                     reference: dict[str, dict[str, Any]]) -> float:
+    """Seconds from the spawn to ``/ready`` 200 and ``/roles/`` equal to `reference`."""
+
+    async def recovered() -> float | None:
+        status, _ = await worker.get(session, "/ready")
+        if status != 200:
+            return None
+        status, body = await worker.get(session, "/roles/")
+        if status == 200 and _rows(body) == reference:
+            return time.perf_counter() - worker.started
+        return None
+    return await worker.until(recovered, FOLD_TIMEOUT, "ready with every role recovered")
+
+
+# --------------------------------------------------------------------------- event-latency
+
+
+class _Subscriber:
+    """A read_committed reader of the events and state topics, from their ends: each
+    record's arrival (perf_counter) resolves the future waiting for it."""
+
+    def __init__(self, bench: Bench, group: WorkerGroup) -> None:
+        self.bench = bench
+        self.group = group
+        self.waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.consumer: Any = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        # fetch_max_wait_ms bounds how long an empty fetch waits at the broker; a
+        # fetch waiting there is answered as soon as a commit makes records readable.
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bench.bootstrap,
+                                         isolation_level="read_committed",
+                                         enable_auto_commit=False, group_id=None,
+                                         fetch_max_wait_ms=100)
+        await self.consumer.start()
+        tps = [TopicPartition(topic, p) for topic in (self.group.events_topic,
+                                                      self.group.state_topic)
+               for p in range(self.group.partitions)]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self.consumer.position(tp)
+        self.task = asyncio.ensure_future(self._read())
+
+    def expect(self, kind: str, role: str) -> asyncio.Future[float]:
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiting[(kind, role)] = future
+        return future
+
+    async def _read(self) -> None:
+        from coordination import Kind, decode_key
+
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=1000)
+            now = time.perf_counter()
+            for tp, messages in batch.items():
+                for message in messages:
+                    if tp.topic == self.group.events_topic:
+                        event = json.loads(message.value)
+                        seen = (f"event:{event.get('kind')}", str(event.get("role")))
+                    else:
+                        key = decode_key(message.key)
+                        if key.kind != Kind.LEASE:
+                            continue
+                        seen = ("lease", key.role)
+                    future = self.waiting.pop(seen, None)
+                    if future is not None and not future.done():
+                        future.set_result(now)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+
+async def event_latency(bench: Bench) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    from coordination import (
+        Lease,
+        Registration,
+        encode_key,
+        encode_lease,
+        encode_registration,
+        lease_key,
+        registration_key,
+        role_partition,
+    )
+
+    intervals = bench.commit_intervals or ([0.2, 1.0] if bench.quick else [0.1, 0.2, 1.0])
+    samples = 10 if bench.quick else 100
+    member = "bench-latency.example:6066"
+    async with _session() as session:
+        for interval in intervals:
+            group = WorkerGroup(bench, f"latency-{interval:g}", PARTITIONS,
+                                commit_interval=interval)
+            group.create_topics()
+            worker, _ = await _folded(bench, group, session)
+            subscriber = _Subscriber(bench, group)
+            producer = AIOKafkaProducer(bootstrap_servers=bench.bootstrap, acks="all",
+                                        transactional_id=f"{group.app_id}-writer")
+            latencies: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+            try:
+                await subscriber.start()
+                await producer.start()
+                for i in range(samples):
+                    role = f"bench.latency.{bench.run_id}.{interval:g}.{i}"
+                    partition = role_partition(role, PARTITIONS)
+                    now = int(time.time() * 1000)
+                    raw = subscriber.expect("lease", role)
+                    elected = subscriber.expect("event:elected", role)
+                    async with producer.transaction():
+                        await producer.send(group.state_topic,
+                                            encode_registration(Registration(member, now)),
+                                            key=encode_key(registration_key(role, member)),
+                                            partition=partition)
+                        await producer.send(group.state_topic,
+                                            encode_lease(Lease(member, 7000 + i, 0, now,
+                                                               now + 30_000)),
+                                            key=encode_key(lease_key(role)),
+                                            partition=partition)
+                    committed = time.perf_counter()
+                    seen_raw, seen_event = await asyncio.wait_for(
+                        asyncio.gather(raw, elected), 60)
+                    latencies["aiokafka-raw"].append((seen_raw - committed) * 1000)
+                    latencies["krabka"].append((seen_event - committed) * 1000)
+                    # The next commit at a random phase of the worker's commit timer.
+                    await asyncio.sleep(random.uniform(0, interval))
+            finally:
+                await producer.stop()
+                await subscriber.stop()
+                await worker.stop()
+            config = bench.config(commit_interval_s=interval, samples=samples,
+                                  partitions=PARTITIONS, subscriber_fetch_max_wait_ms=100)
+            bench.add(Result("event-latency", "krabka", "ms", latencies["krabka"],
+                             {**config, "what": "lease commit to the elected event read by "
+                                                "a read_committed subscriber"},
+                             metric=f"commit-{interval:g}s"))
+            bench.add(Result("event-latency", "aiokafka-raw", "ms", latencies["aiokafka-raw"],
+                             {**config, "what": "lease commit to the lease record read by "
+                                                "the same subscriber"},
+                             metric=f"commit-{interval:g}s"))
+
+
+# --------------------------------------------------------------------------- webview-latency
+
+
+async def webview_latency(bench: Bench) -> None:
+    roles = 1_000
+    requests = {"role": 50, "roles": 10} if bench.quick else {"role": 300, "roles": 60}
+    group = WorkerGroup(bench, "webview", PARTITIONS)
+    group.create_topics()
+    await fold.fill(bench, group.state_topic, roles * 3, leases=1)
+    names = [f"acme.fold-{i:06d}" for i in range(roles)]
+    latencies: dict[tuple[str, str], list[float]] = {}
+    async with _session() as session:
+        worker, _ = await _folded(bench, group, session)
+        static: procs.Child | None = None
+        try:
+            _, listing = await worker.get(session, "/roles/")
+            if len(_rows(listing) or {}) != roles:
+                raise RuntimeError(f"webview-latency: the worker does not list {roles} roles")
+            role_body = await _body(session, f"{worker.url}/roles/{names[0]}/")
+            roles_body = await _body(session, f"{worker.url}/roles/")
+            bodies = bench.folder / "webview"
+            bodies.mkdir(exist_ok=True)
+            (bodies / "role.json").write_bytes(role_body)
+            (bodies / "roles.json").write_bytes(roles_body)
+            port = free_port()
+            static = procs.python("bench.static_web", str(port), str(bodies / "role.json"),
+                                  str(bodies / "roles.json"), name="static-web",
+                                  log=bench.folder / "logs" / "static-web.log",
+                                  json_lines=False)
+            static_url = f"http://127.0.0.1:{port}"
+            await until(lambda: _answers(session, f"{static_url}/roles/"), 30,
+                        "the static baseline server listening", child=static)
+            for system, base in (("krabka", worker.url), ("aiohttp-static", static_url)):
+                for endpoint, count in requests.items():
+                    samples = latencies.setdefault((system, endpoint), [])
+                    for _ in range(count):
+                        path = ("/roles/" if endpoint == "roles"
+                                else f"/roles/{random.choice(names)}/")
+                        started = time.perf_counter()
+                        async with session.get(base + path) as answer:
+                            await answer.read()
+                            if answer.status != 200:
+                                raise RuntimeError(f"webview-latency: {base}{path} answered "
+                                                   f"{answer.status}")
+                        samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            if static is not None:
+                await asyncio.to_thread(static.stop, 10.0)
+                procs.forget(static)
+            await worker.stop()
+    config = bench.config(roles=roles, partitions=PARTITIONS, role_body_bytes=len(role_body),
+                          roles_body_bytes=len(roles_body))
+    for (system, endpoint), samples in latencies.items():
+        what = ("GET /roles/{role}/ (random role)" if endpoint == "role" else "GET /roles/")
+        if system == "aiohttp-static":
+            what += ", the worker's body answered from memory by bench.static_web"
+        bench.add(Result("webview-latency", system, "ms", samples, {**config, "what": what},
+                         metric=endpoint))
+
+
+async def _body(session: Any, url: str) -> bytes:
+    async with session.get(url) as answer:
+        if answer.status != 200:
+            raise RuntimeError(f"webview-latency: {url} answered {answer.status}")
+        body: bytes = await answer.read()
+        return body
+
+
+async def _answers(session: Any, url: str) -> bool:
+    async with session.get(url) as answer:
+        await answer.read()
+        return answer.status == 200
