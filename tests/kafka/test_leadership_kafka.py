@@ -160,7 +160,10 @@ async def test_simultaneous_challenges_leave_one_leader_and_mint_few_epochs(clus
         status = await describe_leadership(observer, cluster.role)
         assert status.authoritative(leading[0].token)
         assert status.token.producer_id == before.producer_id
-        assert status.token.producer_epoch - before.producer_epoch <= len(STANDBYS) + 1
+        # Each InitProducerId bumps once, and once more when it meets another
+        # challenger's open lease transaction (the coordinator aborts it, answers
+        # CONCURRENT_TRANSACTIONS, and the retry bumps again): at most two a standby.
+        assert status.token.producer_epoch - before.producer_epoch <= 2 * len(STANDBYS)
 
 
 async def test_simultaneous_claims_of_a_term_leave_one_leader_the_first_claim_in_offset_order(
