@@ -100,11 +100,7 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     async def take(i: int) -> None:
         async with gate:
             try:
-                leadership = await acquire_leadership(
-                    transport, f"{args.prefix}.{i:05d}", args.member,
-                    partitions=args.partitions, lease_duration=args.lease,
-                    renew_interval=args.renew, challenge_stagger=args.stagger,
-                    placement=args.placement)
+                leadership = await take_role(args, transport, i)
                 leadership.on_renewed = renewals.timer(leadership)
                 held.append(leadership)
             except Exception as exc:
@@ -130,6 +126,14 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
                  if leadership.done.done()][:5])
 
 
+async def take_role(args: argparse.Namespace, transport: KafkaTransport, i: int) -> Leadership:
+    """Campaign for role `i` with the run's options, until this member leads it."""
+    return await acquire_leadership(
+        transport, f"{args.prefix}.{i:05d}", args.member, partitions=args.partitions,
+        lease_duration=args.lease, renew_interval=args.renew,
+        challenge_stagger=args.stagger, placement=args.placement)
+
+
 async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
                           renewals: Renewals) -> None:
     phases: asyncio.Queue[None] = asyncio.Queue()
@@ -148,11 +152,7 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
             await asyncio.sleep(i / args.start_rate)
         while True:
             try:
-                leadership = await acquire_leadership(
-                    transport, f"{args.prefix}.{i:05d}", args.member,
-                    partitions=args.partitions, lease_duration=args.lease,
-                    renew_interval=args.renew, challenge_stagger=args.stagger,
-                    placement=args.placement)
+                leadership = await take_role(args, transport, i)
             except Exception as exc:
                 # A runner retries a failed campaign after its back-off (1 s at first).
                 failures.append(repr(exc)[:300])

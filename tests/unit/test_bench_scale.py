@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import resource
 
-import pytest
-
 from bench import limits
 from bench.plots import plot_all
 from bench.scale import acquisition_budget, group_outcome, growth, preferred_split
@@ -81,7 +79,6 @@ def _row(figure: str, metric: str, samples: list[float], config: dict[str, objec
 
 
 def test_the_scale_plots_are_drawn_from_a_run_s_rows(tmp_path):
-    pytest.importorskip("matplotlib")
     rows = []
     for n, seconds in ((100, 1.0), (1000, 9.0), (4000, 40.0)):
         config = {"acquire_s": seconds, "lease_s": 30.0, "renew_s": 10.0, "limit": "none",
