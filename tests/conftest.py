@@ -14,7 +14,6 @@ StandardAuthorizer (tests/support/secure_cluster.py).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,18 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import kafka_port
 from tests.support.secure_cluster import SecureCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "deploy" / "kafka" / "kafka.py"
 START_TIMEOUT = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _kafka(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -55,7 +48,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     folder = tmp_path_factory.mktemp("kafka")
     try:
-        started = _kafka("up", "--dir", str(folder), "--port", str(_free_port()),
+        started = _kafka("up", "--dir", str(folder), "--port", str(kafka_port()),
                          timeout=START_TIMEOUT)
         if started.returncode != 0:
             pytest.fail(
@@ -77,7 +70,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureClu
     try:
         started = _kafka("up", "--secure", "--user", "worker", "--user", "limited",
                          "--user", "term",
-                         "--dir", str(folder), "--port", str(_free_port()),
+                         "--dir", str(folder), "--port", str(kafka_port()),
                          timeout=START_TIMEOUT)
         if started.returncode != 0:
             pytest.fail(

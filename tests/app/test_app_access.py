@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from types import SimpleNamespace
 
 from app.access import check, worker_acls
 from app.settings import Settings
 from coordination.kafka.access import Acl
+from tests.support.ports import free_port
 
 
 def test_a_worker_needs_its_member_acls_and_faust_s_group_topics_and_transactions():
@@ -30,9 +30,7 @@ def test_a_worker_needs_its_member_acls_and_faust_s_group_topics_and_transaction
 
 
 def test_an_unreachable_cluster_leaves_the_acls_unchecked_and_says_so(caplog):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
     with caplog.at_level(logging.WARNING, logger="app.access"):
         asyncio.run(check(SimpleNamespace(settings=settings, roles={}, outputs={})))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_app_harness import AppGroup, free_port, poll
+from tests.app.test_app_harness import AppGroup, poll
+from tests.support.ports import kafka_port
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ def _kafka(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]
 def own_broker(tmp_path):
     folder = tmp_path / "kafka"
     try:
-        started = _kafka("up", "--dir", str(folder), "--port", str(free_port()))
+        started = _kafka("up", "--dir", str(folder), "--port", str(kafka_port()))
         assert started.returncode == 0, started.stdout + started.stderr
         yield folder, started.stdout.strip().splitlines()[-1]
     finally:

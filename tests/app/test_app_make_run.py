@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_app_harness import free_port, get_json, poll
+from tests.app.test_app_harness import get_json, poll
+from tests.support.ports import free_port, kafka_port
 
 pytestmark = pytest.mark.integration
 
@@ -77,12 +78,12 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
     venv = tmp_path / "venv"
     venv.mkdir()
     (venv / ".installed").touch()  # newer than the clone's pyproject.toml
-    web_port, kafka_dir = free_port(), tmp_path / "kafka"
+    web_port, kafka_dir = free_port(also=(1, 2)), tmp_path / "kafka"  # three workers
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATION_")}
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
     make = subprocess.Popen(
         ["make", "--no-print-directory", "run", f"VENV={venv}", f"PY={sys.executable}",
-         f"KAFKA_DIR={kafka_dir}", f"KAFKA_PORT={free_port()}",
+         f"KAFKA_DIR={kafka_dir}", f"KAFKA_PORT={kafka_port()}",
          f"RUN_ARGS=--web-port {web_port} --run-dir {tmp_path / 'run'} --partitions 4"],
         cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # like a terminal's foreground job: Ctrl-C hits the group

@@ -9,8 +9,6 @@ reason; ``/ready`` answers 503 with them, and ``/health`` stays 200.
 
 from __future__ import annotations
 
-import socket
-
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
@@ -26,6 +24,7 @@ from coordination import (
     TransportError,
 )
 from coordination.tenure import renewal_delay_ms
+from tests.support.ports import free_port
 from tests.support.sim import LEASE, RENEW, Cluster
 
 BOUNDS = ReadinessBounds(cluster_timeout=10.0, max_fold_lag=100, max_busy=30.0)
@@ -146,17 +145,11 @@ async def test_a_held_role_whose_renewals_fail_turns_unready_after_half_the_marg
     await leadership.resign()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_ready_answers_503_with_the_reasons_until_the_cluster_answered_and_health_200():
     clock = ManualClock()
     broker = MemoryBroker(clock=clock)
     broker.create_topic(STATE_TOPIC, 4)
-    port = _free_port()
+    port = free_port()
     settings = Settings(partitions=4, web_port=port, web_host="127.0.0.1", member_id="a",
                         app_id="test-ready")
     ctx = build(settings, store="memory://", roles={}, clock=clock,

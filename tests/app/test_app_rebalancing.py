@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import socket
 
 import aiohttp
 import pytest
@@ -31,17 +30,12 @@ from coordination import (
     Rebalancer,
     plan,
 )
+from tests.support.ports import free_port
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 PARTITIONS = 4
 ROLES = [f"role-{i}" for i in range(8)]
 INTERVAL = STAGGER * 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def settings(member: str, **changes) -> Settings:

@@ -21,7 +21,8 @@ import pytest
 from app.access import worker_acls
 from app.settings import Settings
 from coordination.kafka.access import AccessDeniedError, Acl, check_access
-from tests.app.test_app_harness import AppGroup, free_port, poll
+from tests.app.test_app_harness import AppGroup, poll
+from tests.support.ports import free_port
 from tests.support.secure_cluster import SecureCluster
 
 pytestmark = pytest.mark.integration

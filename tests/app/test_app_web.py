@@ -5,8 +5,6 @@ topic)."""
 
 from __future__ import annotations
 
-import socket
-
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer, make_mocked_request
@@ -32,6 +30,7 @@ from coordination import (
 from tables import partition_state, role_state
 from tables.partition_state import partition_key
 from tests.support.logs import Log
+from tests.support.ports import free_port
 
 PARTITIONS = 4
 NOW = 1_700_000_000_000
@@ -63,12 +62,6 @@ class StaticRouter:
 
     def is_self(self, url: str) -> bool:
         return url == self.me
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def fold_into(ctx, records: list[Record], partition: int, **checks) -> None:

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from deploy import probe
+from tests.support.ports import free_port
 
 
 class Answers(BaseHTTPRequestHandler):
@@ -38,14 +39,6 @@ def port() -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-
-
-def free_port() -> int:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    try:
-        return server.server_address[1]
-    finally:
-        server.server_close()
 
 
 def test_the_url_follows_the_worker_settings():

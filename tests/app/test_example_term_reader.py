@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.app.test_app_harness import AppGroup, AppWorker, free_port
+from tests.app.test_app_harness import AppGroup, AppWorker
 from tests.support.polling import eventually
+from tests.support.ports import free_port
 from tests.support.term_output import OUTPUT_PARTITIONS, Setting
 
 pytestmark = pytest.mark.integration

@@ -81,7 +81,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -104,9 +103,10 @@ from coordination import (
     decode_lease,
     role_partition,
 )
-from tests.app.test_app_harness import ROOT, AppGroup, AppWorker, free_port, get_json
+from tests.app.test_app_harness import ROOT, AppGroup, AppWorker, get_json
 from tests.faults.group_changes_app import ROLE_NAMES
 from tests.faults.history import attempts_from_journal, check_history
+from tests.support.ports import free_port, kafka_port
 
 APP_MODULE = "tests.faults.group_changes_app"
 PARTITIONS = 16
@@ -797,10 +797,7 @@ def _broker(folder: Path) -> tuple[str, Callable[[], None]]:
     if configured:
         return configured, lambda: None
     script = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    up = subprocess.run([*script, "up", "--dir", str(folder), "--port", str(port)],
+    up = subprocess.run([*script, "up", "--dir", str(folder), "--port", str(kafka_port())],
                         capture_output=True, text=True, timeout=240, check=False)
     if up.returncode != 0:
         raise SystemExit(f"the local broker did not start:\n{up.stdout}\n{up.stderr}")

@@ -29,7 +29,6 @@ import contextlib
 import ipaddress
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -55,6 +54,7 @@ from tests.faults.fault_run import FaultReport, FaultRun, Timing
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.lease_io import write_lease
 from tests.support.polling import eventually
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -82,13 +82,6 @@ def _kafka(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]
                           check=False)
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass(frozen=True)
 class Broker:
     """A single broker started by kafka.py in `folder`."""
@@ -111,10 +104,7 @@ class Broker:
 def own_broker(folder: Path, host: str = LOOPBACK) -> Iterator[Broker]:
     """A broker listening on `host`, stopped by ``kafka.py down`` (by PID) at the end."""
     try:
-        port = free_port(host)
-        controller = free_port()
-        while controller == port:  # each probe's socket is closed: two can get one number
-            controller = free_port()
+        port, controller = free_port(host), free_port()
         started = _kafka("up", "--dir", str(folder), "--host", host,
                          "--port", str(port), "--controller-port", str(controller))
         assert started.returncode == 0, started.stdout + started.stderr

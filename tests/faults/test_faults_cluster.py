@@ -46,9 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -73,6 +71,7 @@ from coordination.kafka import KafkaTransport
 from tests.faults.fault_run import FaultReport, FaultRun, Timing, refused_by_broker
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.polling import eventually
+from tests.support.ports import kafka_port
 from tests.support.processes import Service
 
 pytestmark = pytest.mark.integration
@@ -87,33 +86,8 @@ MIN_ISR = {"min.insync.replicas": "2"}
 STATE_CONFIGS = {**MIN_ISR, "segment.ms": "600000"}
 TIMING = Timing(lease=3.0, renew=1.0, stagger=0.5, interval=0.1)
 MEMBERS = ["a", "b", "c"]
-# Brokers and controllers listen below the ephemeral ports (32768-60999 on Linux).
-PORTS_FROM, PORTS_TO = 20000, 32000
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port() -> int:
-    """A port P with P..P+2 (brokers) and P+100..P+102 (controllers) free, below the
-    ephemeral range, so no outgoing connection takes one while a node is down."""
-    for _ in range(200):
-        base = random.randrange(PORTS_FROM, PORTS_TO)
-        ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
-        if all(_bindable(p) for p in ports):
-            return base
-    raise AssertionError("no free port range for a 3-node cluster")
 
 
 @dataclass
@@ -150,7 +124,7 @@ def module_cluster(tmp_path_factory):
         for attempt in range(3):
             folders.append(base / f"kafka-{attempt}")
             up = subprocess.run(
-                [*KAFKA, "up", "--dir", str(folders[-1]), "--port", str(free_base_port()),
+                [*KAFKA, "up", "--dir", str(folders[-1]), "--port", str(kafka_port(NODES)),
                  "--nodes", str(NODES), "--timeout", str(START_TIMEOUT - 30)],
                 capture_output=True, text=True, timeout=START_TIMEOUT, check=False)
             if up.returncode == 0 or "in use" not in up.stdout + up.stderr:

@@ -7,7 +7,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from coordination import FencedError, acquire_leadership
 from coordination.kafka import KafkaTransport
 from tests.support.polling import eventually
+from tests.support.ports import free_port
 from tests.support.processes import ROOT, Service
 
 pytestmark = pytest.mark.integration
@@ -99,9 +99,7 @@ async def test_fence_deposes_the_current_holder_at_once(kafka_bootstrap, state_t
 
 
 def test_an_unreachable_broker_is_a_clear_error_within_30_seconds():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()
     started = time.monotonic()
     result = cli("describe", "any.role", "--bootstrap-servers", f"127.0.0.1:{closed_port}")
     assert time.monotonic() - started < 30

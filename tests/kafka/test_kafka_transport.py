@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,6 +47,7 @@ from tests.support import polling
 from tests.support.kafka_io import committed_values, transactional_id_error
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.loop import run_ready_callbacks
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -129,13 +129,6 @@ async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRea
     return await polling.eventually(lambda: transport.read_partition(partition),
                                     lambda read: read.last_stable_offset == read.high_watermark,
                                     DEADLINE)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # ----------------------------------------------------------------- StateReader
@@ -320,7 +313,7 @@ async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, ro
 
 
 async def test_an_unreachable_bootstrap_is_a_clear_error_within_30_seconds():
-    servers = f"127.0.0.1:{closed_port()}"
+    servers = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     async with KafkaTransport(servers, operation_timeout=10) as transport:
         for call in (lambda: transport.describe_epoch("any.role"),
