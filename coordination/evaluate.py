@@ -37,6 +37,7 @@ __all__ = [
     "challengers",
     "check_placement",
     "evaluate",
+    "first_slot",
     "ordered_challengers",
     "out_of_order_slot",
     "rendezvous_weight",
@@ -164,14 +165,43 @@ def challenger_index(state: RoleState, member: str,
                            placement=placement)
 
 
-def slot_of(state: RoleState, member: str, challenge_stagger: float,
-            placement: Placement = "registration") -> int | None:
-    """The instant `member` may challenge: effective deadline + n staggers."""
+def first_slot(state: RoleState, challenge_stagger: float,
+               placement: Placement = "registration", *,
+               seen_through: int | None = None) -> int | None:
+    """The instant the first challenger in order may challenge.
+
+    The effective deadline, except for a role never leased under
+    ``balanced``: one stagger after the newest registration in the roster
+    (of those at offsets up to `seen_through`, when given). Members of a
+    group that start together register moments apart, and each reads the
+    partition only up to its own registration at first: a member sees none
+    registered after it. Under ``registration`` that is harmless (the first
+    registered is first for everyone), but under ``balanced`` the member the
+    hash prefers may be one an earlier member has not seen yet, and each
+    would challenge at once: a herd of first tenures, each superseding the
+    one before. Waiting one stagger past the newest registration lets the
+    registrations of a group that starts together arrive, so every member
+    ranks the same roster and only the preferred one's slot comes first.
+    A role already leased, or vacant, is not affected: its members have
+    long seen one another.
+    """
     deadline = effective_deadline(state)
     if deadline is None:
         return None
-    return deadline + (challenger_index(state, member, placement)
-                       * stagger_ms(challenge_stagger))
+    if placement == "balanced" and state.lease is None and state.vacant_since is None:
+        newest = max(entry.timestamp for entry in state.entries
+                     if seen_through is None or entry.offset <= seen_through)
+        return newest + stagger_ms(challenge_stagger)
+    return deadline
+
+
+def slot_of(state: RoleState, member: str, challenge_stagger: float,
+            placement: Placement = "registration") -> int | None:
+    """The instant `member` may challenge: `first_slot` + n staggers."""
+    first = first_slot(state, challenge_stagger, placement)
+    if first is None:
+        return None
+    return first + challenger_index(state, member, placement) * stagger_ms(challenge_stagger)
 
 
 def out_of_order_slot(state: RoleState, lease: Lease, challenge_stagger: float,
@@ -195,6 +225,8 @@ def out_of_order_slot(state: RoleState, lease: Lease, challenge_stagger: float,
     if deadline is None or winner is None or lease.granted_at < deadline:
         return None
     seen_below = max(winner.offset, -1 if state.lease_offset is None else state.lease_offset)
+    first = first_slot(state, challenge_stagger, placement, seen_through=seen_below)
+    assert first is not None  # the winner is registered
     ahead = 0
     for name in challengers(state, placement):
         if name == lease.member:
@@ -202,7 +234,7 @@ def out_of_order_slot(state: RoleState, lease: Lease, challenge_stagger: float,
         entry = state.entry_of(name)
         if entry is not None and entry.offset < seen_below:
             ahead += 1
-    slot = deadline + ahead * stagger_ms(challenge_stagger)
+    slot = first + ahead * stagger_ms(challenge_stagger)
     return slot if lease.granted_at < slot else None
 
 

@@ -82,6 +82,56 @@ def test_balanced_challengers_take_their_slots_in_hash_order_the_holder_last():
     }
 
 
+def test_a_role_never_leased_is_first_challenged_a_stagger_after_its_newest_balanced_registration():
+    # Registrations at 0, 1 and 2 s: the hash's first, worker-3, may challenge
+    # at 2 s + one stagger, the others one stagger apart after it.
+    state = state_of(list(ROSTER), None)
+    steps = {member: evaluate(state, member, 0, STAGGER, placement="balanced")
+             for member in ROSTER}
+    assert steps == {
+        "worker-3": Step("wait", 7_000),
+        "worker-1": Step("wait", 12_000),
+        "worker-2": Step("wait", 17_000),
+    }
+
+
+def test_a_member_that_sees_only_itself_waits_a_stagger_for_the_others_to_register():
+    alone = state_of(["worker-1"], None)
+    assert evaluate(alone, "worker-1", 0, STAGGER, placement="balanced") == Step("wait", 5_000)
+    assert evaluate(alone, "worker-1", 5_000, STAGGER,
+                    placement="balanced") == Step("challenge", 5_000)
+
+
+def test_registration_placement_keeps_the_formats_rule_for_a_role_never_leased():
+    # roster[0]'s registration (at 0 s), then one stagger per place.
+    state = state_of(list(ROSTER), None)
+    assert [evaluate(state, member, 0, STAGGER).at_ms for member in ROSTER] == [
+        0, 5_000, 10_000]
+
+
+def test_a_first_tenure_taken_before_the_gathering_stagger_is_reported_by_a_balanced_reader():
+    log = Log()
+    for member in ROSTER:
+        log.register("billing", member)
+    early = Lease("worker-3", T1.producer_id, T1.producer_epoch, 6_999, 36_999)
+    state = build_role_state("billing", log.records)
+    assert out_of_order_slot(state, early, STAGGER, "balanced") == 7_000
+    on_time = Lease("worker-3", T1.producer_id, T1.producer_epoch, 7_000, 37_000)
+    assert out_of_order_slot(state, on_time, STAGGER, "balanced") is None
+
+
+def test_a_registration_the_first_winner_cannot_have_seen_does_not_delay_its_slot():
+    # worker-4 registers after worker-3, the winner, which may have decided
+    # before reading it: its slot counts the registrations up to its own.
+    log = Log()
+    for member in ROSTER:
+        log.register("billing", member)
+    log.register("billing", "worker-4", ts=6_000)
+    state = build_role_state("billing", log.records)
+    lease = Lease("worker-3", T1.producer_id, T1.producer_epoch, 7_000, 37_000)
+    assert out_of_order_slot(state, lease, STAGGER, "balanced") is None
+
+
 def test_a_live_holder_is_not_preempted_by_the_member_the_hash_prefers():
     state = state_of(list(ROSTER), "worker-2")  # worker-3 ranks first by hash
     assert evaluate(state, "worker-3", DEADLINE - 1, STAGGER,
@@ -108,7 +158,8 @@ def failover_log(winner: str, granted_at: int) -> Log:
     log = Log()
     for member in ROSTER:
         log.register("billing", member)
-    log.lease("billing", "worker-1", T1, deadline=DEADLINE)
+    # A stagger after the newest registration (at 2 s): in order under both policies.
+    log.lease("billing", "worker-1", T1, granted_at=7_000, deadline=DEADLINE)
     log.lease("billing", winner, T2, granted_at=granted_at, deadline=granted_at + 30_000)
     return log
 

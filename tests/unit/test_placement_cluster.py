@@ -55,7 +55,9 @@ def cancel_standbys(tasks) -> None:
 async def balanced_group():
     cluster = Cluster(partitions=16)
     tasks = await start_group(cluster, MEMBERS, ROLES, "balanced")
-    await cluster.until(lambda: len(holders(tasks)) == len(ROLES), within=1, step_ms=50)
+    # A role never leased waits one stagger past its newest registration.
+    await cluster.until(lambda: len(holders(tasks)) == len(ROLES), within=1 + STAGGER,
+                        step_ms=50)
     yield cluster, tasks
     cancel_standbys(tasks)
 
@@ -76,6 +78,31 @@ def _without_lease(state):
     before = state.copy()
     before.lease = None
     return before
+
+
+async def test_members_starting_a_moment_apart_each_take_the_roles_the_hash_gives_them_at_once():
+    # The first member to start sees none of the others; the first slot of a
+    # role never leased is one stagger after its newest registration, so the
+    # members that start within a stagger of it are ranked too.
+    cluster = Cluster(partitions=16)
+    roles = ROLES[:60]
+    tasks = {}
+    for member in MEMBERS:
+        transport = cluster.transport()
+        for role in roles:
+            tasks[member, role] = cluster.candidate(member, role=role, transport=transport,
+                                                    placement="balanced")
+        await cluster.advance(STAGGER / 3)
+    try:
+        await cluster.until(lambda: len(holders(tasks)) == len(roles), within=1 + STAGGER,
+                            step_ms=50)
+        for role, state in (await states(cluster, roles)).items():
+            assert state.holder == challengers(_without_lease(state), "balanced")[0], role
+            # One tenure: no member took the role and was superseded.
+            assert sum(tasks[member, role].done() for member in MEMBERS) == 1, role
+        assert sorted(Counter(holders(tasks).values())) == MEMBERS
+    finally:
+        cancel_standbys(tasks)
 
 
 async def test_a_member_joining_a_balanced_group_takes_no_role_from_a_live_holder(
@@ -157,7 +184,9 @@ async def test_a_role_whose_members_mix_policies_is_reported_by_the_member_it_wr
         caplog):
     # Role "billing": worker-2 is first by registration, worker-3 first by hash.
     cluster = Cluster()
-    first = cluster.candidate("worker-1", placement="registration")
+    # Balanced: the first tenure, a stagger after the registration, is in
+    # order under both policies.
+    first = cluster.candidate("worker-1", placement="balanced")
     await cluster.until(first.done, within=1)
     by_registration = cluster.candidate("worker-2", placement="registration")
     by_hash = cluster.candidate("worker-3", placement="balanced")
@@ -191,7 +220,9 @@ async def test_a_role_whose_members_mix_policies_is_reported_by_the_member_it_wr
 
 async def test_a_member_that_stands_after_a_mix_is_not_warned_of_it_again(caplog):
     cluster = Cluster()
-    first = cluster.candidate("worker-1", placement="registration")
+    # Balanced: the first tenure, a stagger after the registration, is in
+    # order under both policies.
+    first = cluster.candidate("worker-1", placement="balanced")
     await cluster.until(first.done, within=1)
     by_registration = cluster.candidate("worker-2", placement="registration")
     by_hash = cluster.candidate("worker-3", placement="balanced")
