@@ -18,8 +18,11 @@ SECURE ?=
 run: venv kafka-jars
 	$(PY) deploy/run.py --kafka-dir $(KAFKA_DIR) --kafka-port $(KAFKA_PORT) $(RUN_ARGS)
 
+# Two pytest processes side by side: the broker and process tests, and the
+# CPU-bound rest (tests/split_run.py). SPLIT=0: one pytest process.
+SPLIT ?= 1
 test: venv kafka-jars browser lint typecheck
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m $(if $(filter 0,$(SPLIT)),pytest,tests.split_run) $(PYTEST_ARGS)
 
 # Offline and quick: no broker, and not the install test (it builds the wheel and
 # installs it from PyPI into a fresh virtualenv; `make test` runs it).

@@ -6,11 +6,14 @@ a test closing its probe socket and its server binding the number, any
 connection (a Kafka client's, a browser's) can take it, and the server then
 fails with "address already in use". Below that range (32768-60999 on Linux)
 only another listener can hold a port. A port is handed out once per process,
-so two servers a test starts together never get the same number.
+so two servers a test starts together never get the same number, and
+``TESTS_PORTS=LOW-HIGH`` narrows the range, so two pytest processes side by
+side (tests/split_run.py) never hand out the same one.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Iterable
@@ -21,7 +24,7 @@ LOOPBACK = "127.0.0.1"
 # deploy/kafka/kafka.py: node N's controller listens at --port + 100 + N - 1 unless told.
 KAFKA_CONTROLLER_OFFSET = 100
 # The ports handed out: above the well-known and registered services most machines run.
-_FROM, _TO = 20000, 32000
+_FROM, _TO = (int(bound) for bound in os.environ.get("TESTS_PORTS", "20000-32000").split("-"))
 _choice = random.SystemRandom()  # leaves the global generator's seeded sequences alone
 _handed_out: set[int] = set()
 
