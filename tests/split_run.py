@@ -60,6 +60,11 @@ def main(args: list[str]) -> int:
     print(f"\n===== the tests not marked {REAL_WORLD!r} (exit {rest}) =====", flush=True)
     sys.stdout.write(log.read_text())
     print(f"\nexit: {real} (marked {REAL_WORLD!r}), {rest} (the others)", flush=True)
+    return combined_status(real, rest)
+
+
+def combined_status(real: int, rest: int) -> int:
+    """The run's exit status from the two halves' pytest statuses."""
     failed = [code for code in (real, rest) if code not in (0, NOTHING_RAN)]
     if failed:
         return failed[0]
