@@ -295,7 +295,10 @@ async def _dashboard_follows_the_events(group: AppGroup, worker: AppWorker) -> N
         rows = await until(ROWS, lambda rows: rows[late]["status"] == "vacant",
                            "the resignation")
         assert rows[late]["tenures"] == [["outsider-late", "resigned"]]
-        feed = await browser.evaluate(FEED)
+        # The vacancy and the deregistration are two records, so the row can turn
+        # vacant before the member-left event arrives: wait for the last event.
+        feed = await until(FEED, lambda feed: any(item == [late, "member-left"] for item in feed),
+                           "the member-left event")
         assert [kind for role, kind in reversed(feed) if role == late] == [
             "member-joined", "elected", "resigned", "member-left"]
         workers = await browser.evaluate(
