@@ -1,6 +1,6 @@
 """The faust-streaming versions the worker was tested with, and the internals it uses.
 
-`app.faust_patches` replaces three of Faust's methods with fixed copies, written
+`app.faust_patches` replaces five of Faust's methods with fixed copies, written
 against faust-streaming 0.15.3's source (docs/upstream-faust.md), and the
 recovery regression test wraps a fourth (``tests/app/faust_seek_check.py``). A
 release the patches were not checked against may have fixed, moved or changed
@@ -35,6 +35,8 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.drivers.aiokafka:Producer._transaction_producers",
     # Table writes drained before an at-least-once commit (patch 2b).
     "faust.transport.drivers.aiokafka:Producer.flush",
+    # A table write made after its transaction ended is dropped (patch 2c).
+    "faust.transport.producer:ProducerBuffer._send_pending",
     # A rebalance during table recovery (patch 3), and the seek check of its test.
     "faust.tables.recovery:Recovery._wait",
     "faust.tables.recovery:Recovery._restart_recovery",

@@ -1,4 +1,4 @@
-"""Patches for five faust-streaming 0.15.3 bugs, applied when the worker app is
+"""Patches for six faust-streaming 0.15.3 bugs, applied when the worker app is
 built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -51,6 +51,21 @@ without the holder's heartbeats and the next term's claim). So
 ``Producer.flush`` drains the buffer as the transactional commit does,
 before it waits for the client's own sends.
 
+2c. A table write made after the final commit. The consumer's final commit
+(``commit_and_end_transactions``, from its ``on_stop``) can come while an
+agent is still processing an event: ``App._stop_consumer`` waits for the
+streams only when the consumer has an assignment, and the consumer's own
+``wait_empty`` loops only while the consumer is not stopping. A table write
+the agent then makes reaches the buffer after the final commit's flush,
+aiokafka raises ``IllegalOperation("Can't send messages while not in
+transaction")`` in the buffer's send task, the buffer crashes and a worker
+stopped with SIGTERM exits 1 (seen in CI: a worker stopped 24 ms after it
+was ready). That write belongs to an event whose offset the ended
+transaction did not commit (an event is acked after its writes are
+buffered, and the commit sends what was buffered before the offsets it
+carries), so the next owner of the partition folds the event again: the
+buffer drops the write, cancelling its future, and goes on.
+
 3. A rebalance during table recovery. ``Recovery._restart_recovery`` waits
 for the active changelogs with ``self._wait(...)``, which raises
 ``RebalanceAgain`` when another rebalance starts meanwhile; but that one wait
@@ -79,8 +94,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import faust
+from aiokafka.errors import IllegalOperation
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.transport.producer import ProducerBuffer
 
 from app.faust_internals import FAUST
 
@@ -141,6 +158,21 @@ async def _flush(self: Any) -> None:
     await _original_flush(self)
 
 
+_original_send_pending = ProducerBuffer._send_pending
+
+
+async def _send_pending(self: Any, fut: Any) -> None:
+    """``ProducerBuffer._send_pending`` that drops a write whose transaction has ended (2c)."""
+    try:
+        await fut.message.channel.publish_message(fut, wait=False)
+    except IllegalOperation as exc:
+        # aiokafka's send raises it only for a transactional producer that is
+        # not in a transaction: the one the consumer's final commit ended.
+        log.info("a table write made after its partition's transaction ended is dropped; "
+                 "the event that made it was not committed and is folded again (%s)", exc)
+        fut.cancel()
+
+
 _original_recovery_wait = faust_recovery.Recovery._wait
 
 REBALANCED_DURING_RECOVERY = ("a rebalance started during table recovery: "
@@ -168,6 +200,7 @@ def apply() -> None:
     thread._highwaters = _highwaters  # type: ignore[method-assign]
     faust_aiokafka.Producer.commit_transactions = _commit_transactions  # type: ignore[method-assign]
     faust_aiokafka.Producer.flush = _flush  # type: ignore[method-assign]
+    ProducerBuffer._send_pending = _send_pending  # type: ignore[method-assign]
     _patch_recovery(faust.__version__)
     setattr(thread, _APPLIED, True)
 

@@ -11,6 +11,7 @@ import types
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import IllegalOperation
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
@@ -112,6 +113,7 @@ def test_the_installed_faust_is_patched():
     assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
     assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
     assert faust_aiokafka.Producer.flush is faust_patches._flush
+    assert ProducerBuffer._send_pending is faust_patches._send_pending
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -209,6 +211,60 @@ async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it
     assert log.count("send table write") == 3
 
 
+class _EndedChannel(_Channel):
+    """A send into a transaction the consumer's final commit has ended, as aiokafka fails it."""
+
+    async def publish_message(self, fut: object, wait: bool = False) -> None:
+        raise IllegalOperation("Can't send messages while not in transaction")
+
+
+def _buffered(channel: _Channel) -> faust.types.FutureMessage:
+    return faust.types.FutureMessage(types.SimpleNamespace(channel=channel))  # type: ignore[arg-type]
+
+
+async def _send_a_late_write_then_another(send_pending: object = None) -> tuple[
+        ProducerBuffer, faust.types.FutureMessage, _Log]:
+    log = _Log()
+    buffer = ProducerBuffer()
+    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    if send_pending is not None:
+        buffer._send_pending = types.MethodType(send_pending, buffer)  # type: ignore[method-assign]
+    await buffer.start()
+    try:
+        late = _buffered(_EndedChannel(log))
+        buffer.put(late)
+        buffer.put(_buffered(_Channel(log)))
+        await _until(lambda: log == ["send table write"] or buffer.crashed, within=5)
+    finally:
+        try:
+            await buffer.stop()
+        except RuntimeError:
+            if not buffer.crashed:
+                raise  # a crashed buffer cannot flush at its stop ("Producer not Running")
+    return buffer, late, log
+
+
+async def test_a_table_write_made_after_its_transaction_ended_is_dropped_and_the_buffer_goes_on():
+    """An agent still processing an event after the final commit wrote the
+    table; the buffered send raised and crashed the buffer, and the worker
+    stopped with SIGTERM exited 1. The event was not committed, so the write
+    is dropped (the partition's next owner folds the event again) and the
+    next write is sent."""
+    faust_patches.apply()
+    buffer, late, log = await _send_a_late_write_then_another()
+    assert not buffer.crashed
+    assert late.cancelled()
+    assert log == ["send table write"]
+
+
+async def test_unpatched_faust_s_buffer_crashes_on_a_write_whose_transaction_ended():
+    buffer, _late, log = await _send_a_late_write_then_another(
+        faust_patches._original_send_pending)
+    assert buffer.crashed
+    assert isinstance(buffer.crash_reason, IllegalOperation)
+    assert log == []
+
+
 # --- the private names the patches rely on -------------------------------------------
 
 
@@ -243,6 +299,12 @@ def test_faust_and_aiokafka_still_have_what_the_other_patches_rely_on():
         "self", "tid_to_offset_map", "group_id", "start_new_transaction"]
     assert isinstance(inspect.getattr_static(producer, "_trn_locks"), dict)
     assert isinstance(inspect.getattr_static(producer, "_transaction_producers"), dict)
+    # A buffered send that raises IllegalOperation is one whose transaction ended (2c):
+    # the only IllegalOperation aiokafka's send raises.
+    assert _parameters(faust_patches._original_send_pending) == ["self", "fut"]
+    send = inspect.getsource(AIOKafkaProducer.send)
+    assert send.count("IllegalOperation") == 1
+    assert 'raise IllegalOperation("Can\'t send messages while not in transaction")' in send
 
 
 async def test_an_aiokafka_transactional_producer_still_exposes_its_transaction_state():
