@@ -39,6 +39,7 @@ import orjson
 from agents.events import LeadershipEvent
 from agents.folding import (
     Unattributed,
+    due_at,
     expire,
     expire_term,
     fold,
@@ -93,6 +94,12 @@ async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
         ctx.feed.publish(event)
 
 
+def _write(ctx: Context, partition: int, key: bytes, value: RoleValue) -> None:
+    """Write a role's value, and note when it is next due for the tick."""
+    ctx.tables.role_state[key] = role_state.encode(value)
+    ctx.due.note(partition, key, due_at(value, ctx.settings.leadership_options.lease_ms))
+
+
 async def apply_record(ctx: Context, message: Any) -> None:
     """Fold one state-topic message (what the agent does per event)."""
     partition = message.partition
@@ -118,7 +125,7 @@ async def apply_record(ctx: Context, message: Any) -> None:
         if value is None or value is current_value:
             return
         await _publish(ctx, events)
-        ctx.tables.role_state[role_key] = role_state.encode(value)
+        _write(ctx, partition, role_key, value)
     _warn_if_out_of_order(value, current_value)
     if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
@@ -145,7 +152,7 @@ async def apply_terms_record(ctx: Context, message: Any) -> None:
         if value is None or value is current:
             return
         await _publish(ctx, events)
-        ctx.tables.role_state[role_key] = role_state.encode(value)
+        _write(ctx, partition, role_key, value)
     assert value.terms is not None
     before = 0 if current is None or current.terms is None else len(current.terms.errors)
     if len(value.terms.errors) > before:
@@ -176,20 +183,26 @@ def _home(key: bytes, partitions: int) -> int:
 async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
     """Report every lapse on `partition` due at `now_ms` (what the tick agent does).
 
-    Only the values of `partition`'s roles are decoded. Every role's value
-    sits in one table and each owned partition gets its own tick, so
-    decoding every value at every tick cost the worker a pass over all its
-    roles per partition per tick interval (16 passes a second at 16
-    partitions). The fold routes a record only to the role of its own
-    partition (`route`), so a value's partition is its key's.
+    Only the values due are decoded (`app.due_index`). The table holds the
+    values of every partition this worker owns, and each owned partition gets
+    its own tick, so decoding them all at each tick cost a pass over every
+    role per partition per tick interval; the index is built from the
+    partition's values at its first tick after a rebalance. The fold routes a
+    record only to the role of its own partition (`route`), so a value's
+    partition is its key's.
     """
     table = ctx.tables.role_state
     timeout_ms = ctx.settings.leadership_options.lease_ms
     async with ctx.fold_lock:
-        for key, raw in list(table.items()):
-            if _home(key, ctx.partitions) != partition:
-                continue
-            value = role_state.decode(raw)
+        decoded = {} if ctx.due.built(partition) else _build_due(ctx, partition, now_ms)
+        for key in ctx.due.due(partition, now_ms):
+            value = decoded.get(key)
+            if value is None:
+                raw = table.get(key)
+                if raw is None:
+                    ctx.due.note(partition, key, None)
+                    continue
+                value = role_state.decode(raw)
             new, events = expire(value, now_ms)
             if new.terms is not None:
                 new, term = expire_term(new, now_ms, timeout_ms)
@@ -197,11 +210,40 @@ async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
             if events:
                 await _publish(ctx, events)
                 table[key] = role_state.encode(new)
+            # Checked at or after its due time: nothing more until the value changes.
+            due = due_at(new, timeout_ms)
+            ctx.due.note(partition, key, due if due is not None and due > now_ms else None)
+
+
+def _build_due(ctx: Context, partition: int, now_ms: int) -> dict[bytes, RoleValue]:
+    """Build `partition`'s due index from the table; return the values due at `now_ms`."""
+    timeout_ms = ctx.settings.leadership_options.lease_ms
+    entries: list[tuple[bytes, int | None]] = []
+    due_now: dict[bytes, RoleValue] = {}
+    for key, raw in list(ctx.tables.role_state.items()):
+        if _home(key, ctx.partitions) != partition:
+            continue
+        value = role_state.decode(raw)
+        due = due_at(value, timeout_ms)
+        entries.append((key, due))
+        if due is not None and due <= now_ms:
+            due_now[key] = value
+    ctx.due.build(partition, entries)
+    return due_now
 
 
 def install(ctx: Context) -> None:
     """Declare the fold and tick agents and the tick timer on `ctx.app`."""
     app = ctx.app
+
+    async def forget_due(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        ctx.due.forget()
+
+    # Faust restores values into the table and takes partitions away without
+    # the agents: the tick's index is built again from the table afterwards.
+    for rebalanced in (app.on_partitions_revoked, app.on_partitions_assigned,
+                       app.on_rebalance_complete):
+        rebalanced.connect(forget_due)
 
     @app.agent(ctx.state_topic, name="coordination-fold")
     async def fold_agent(stream: Any) -> None:

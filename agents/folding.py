@@ -45,8 +45,9 @@ from coordination.term_fold import TermFold, TermView
 from tables.partition_state import PartitionValue, SkipKind
 from tables.role_state import MAX_ERRORS, MAX_TENURES, RoleValue
 
-__all__ = ["Unattributed", "expire", "expire_term", "fold", "fold_terms", "fold_unattributed",
-           "route", "route_term"]
+__all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_terms",
+           "fold_unattributed", "route", "route_term"]
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,24 @@ def _lapse(value: RoleValue, now_ms: int) -> list[LeadershipEvent]:
     assert state.lease_timestamp is not None
     return [lease_event("lapsed", state, value.partition, lease, state.tenure,
                         state.lease_offset, state.lease_timestamp)]
+
+
+def due_at(value: RoleValue, timeout_ms: int) -> int | None:
+    """The earliest time (ms) at which `expire` or `expire_term` may report a lapse of
+    `value`, None if neither can until the value changes.
+
+    Both checks read the time only as ``now >= due``, so a check made at or
+    after this time finds what any later check of the same value would find.
+    `timeout_ms` is `expire_term`'s.
+    """
+    dues = []
+    lease = value.state.lease
+    if lease is not None and not value.lapse_reported:
+        dues.append(lease.deadline)
+    if (value.terms is not None and not value.term_lapse_reported
+            and value.sign_timestamp is not None):
+        dues.append(value.sign_timestamp + timeout_ms)
+    return min(dues, default=None)
 
 
 def fold_terms(

@@ -22,6 +22,7 @@ import aiohttp
 import faust
 from faust.types import TableT, TopicT
 
+from app.due_index import DueIndex
 from app.feed import EventFeed
 from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
@@ -97,6 +98,8 @@ class Context:
     rebalancer: Rebalancer | None = None
     """The rebalancing of this worker's balanced roles (None until the role service has
     connected, and for good when `Settings.rebalancing_off` says why; agents.rebalancing)."""
+    due: DueIndex = field(default_factory=DueIndex)
+    """When each role's value next has a lapse for the tick agent to report (`agents.fold`)."""
     fold_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the fold, terms and tick agents around a read, update and write of a
     role's value (`agents.fold`)."""
