@@ -43,7 +43,10 @@ SIGTERM or SIGINT stops the runner: the function first, then the role is
 resigned (deregistering only with ``--leave-on-stop``). ``SIGUSR1`` makes
 the member stop itself (SIGSTOP) inside its next guarded transaction, after
 the send and before the commit, printing ``freezing`` first: a leader frozen
-with a transaction open, at a known point.
+with a transaction open, at a known point. With ``--freeze-in write`` it
+stops instead at its next write through the transport's plain producer
+(term mode's writes), past the library's last check: on thawing that write
+is sent whatever the member has learnt meanwhile.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +213,7 @@ async def serve(args: argparse.Namespace) -> int:
     freeze = asyncio.Event()
     loop.add_signal_handler(signal.SIGUSR1, freeze.set)
 
-    def freeze_inside_the_transaction() -> None:
+    def freeze_if_asked() -> None:
         if freeze.is_set():
             freeze.clear()
             emit("freezing")
@@ -222,13 +226,16 @@ async def serve(args: argparse.Namespace) -> int:
     printer = Printer(args.member)
     with args.journal.open("a") as journal:
         writer = HistoryWriter(f"{incarnation}/{args.role}", args.output, 0, journal=journal,
-                               before_commit=freeze_inside_the_transaction)
+                               before_commit=(freeze_if_asked if args.freeze_in == "transaction"
+                                              else None))
 
         async def work(leadership: Leadership) -> None:
             await lead(leadership, writer, args.interval)
 
         async with KafkaTransport(args.bootstrap_servers, topic=args.topic,
                                   terms_topic=args.terms_topic) as transport:
+            if args.freeze_in == "write":
+                _freeze_before_each_write(transport, freeze_if_asked)
             runner = LeaderRunner(transport, args.role, args.member, work, options=options,
                                   clock=clock, observer=printer,
                                   retry_interval=args.retry, max_backoff=args.retry)
@@ -247,6 +254,17 @@ async def serve(args: argparse.Namespace) -> int:
                 emit("left", member=args.member)
     emit("done", member=args.member)
     return 0
+
+
+def _freeze_before_each_write(transport: KafkaTransport, freeze: Callable[[], None]) -> None:
+    """Call `freeze` at the start of each `write_output`, before the record is sent."""
+    write_output = transport.write_output
+
+    async def frozen_first(*args: Any, **kwargs: Any) -> int:
+        freeze()
+        return await write_output(*args, **kwargs)
+
+    transport.write_output = frozen_first  # type: ignore[method-assign]
 
 
 def main() -> int:
@@ -271,6 +289,8 @@ def main() -> int:
     parser.add_argument("--skew-ms", type=int, default=0)
     parser.add_argument("--clock-file", type=Path, default=None)
     parser.add_argument("--leave-on-stop", action="store_true")
+    parser.add_argument("--freeze-in", choices=("transaction", "write"), default="transaction",
+                        help="where SIGUSR1 freezes the member (see above)")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)

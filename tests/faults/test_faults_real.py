@@ -97,9 +97,10 @@ async def test_sigkill_of_the_leader_loses_no_committed_write(run, trial):
     assert successor["tenure"] > 0
 
 
-async def leader_and_standby(run: FaultRun) -> tuple[Service, Service]:
-    """a leads and has committed a few writes; b is registered behind it."""
-    a = run.start("a")
+async def leader_and_standby(run: FaultRun, *leader_args: str) -> tuple[Service, Service]:
+    """a (started with `leader_args`) leads and has committed a few writes; b is
+    registered behind it."""
+    a = run.start("a", *leader_args)
     a.wait_for("leading", TIMEOUT)
     b = run.start("b")
     await wait_roster(run, ["a", "b"])
@@ -190,17 +191,17 @@ async def test_a_leader_frozen_inside_an_open_transaction_is_refused_by_the_brok
 
 
 @trials
-async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_readers_drop_it(
+async def test_term_mode_a_leader_frozen_inside_a_write_writes_on_thawing_and_readers_drop_it(
     term_run, trial
 ):
-    """Term mode's zombie at its worst: frozen with a write buffered, both its
-    clocks set back on thawing, so it writes at once. Nothing refuses it at
-    the broker; a `TermFilter` drops every record of it that follows the
-    successor's barrier, keeps the ones before, and its tenure ends when it
-    reads the successor's claim (not at its own deadline): the runner reports
-    it fenced and its function stops."""
+    """Term mode's zombie at its worst: frozen inside a write, past the
+    library's last check, both its clocks set back on thawing, so it writes
+    at once. Nothing refuses it at the broker; a `TermFilter` drops every
+    record of it that follows the successor's barrier, keeps the ones before,
+    and its tenure ends when it reads the successor's claim (not at its own
+    deadline): the runner reports it fenced and its function stops."""
     run = term_run
-    a, b = await leader_and_standby(run)
+    a, b = await leader_and_standby(run, "--freeze-in", "write")
     a.signal(signal.SIGUSR1)
     frozen_at = a.wait_for("freezing", TIMEOUT)["t_ms"]
     await eventually(lambda: _process_state(a.pid), lambda state: state == "T", within=TIMEOUT)
@@ -222,9 +223,8 @@ async def test_term_mode_a_leader_frozen_in_a_transaction_writes_on_thawing_and_
             for r, verdict in verdicts if not stamp_of(r).barrier]
     zombie_late = [verdict for offset, record, verdict in data
                    if record.member == "a" and offset > barrier]
-    # On thawing the buffered write's produce request leaves before the
-    # zombie's tail has folded the successor's claim (that takes a fetch
-    # response and several more steps), so the broker takes the record.
+    # Frozen past its last check, the zombie sends the write on thawing, before
+    # or after its tail folds the successor's claim: the broker takes it.
     assert zombie_late, "the thawed zombie's write did not reach the log"
     assert set(zombie_late) == {"drop"}
     assert {verdict for offset, record, verdict in data
