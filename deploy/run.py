@@ -214,6 +214,38 @@ class EventFollower:
             self.first_election.set()
 
 
+class StopRequest:
+    """Set by the SIGINT and SIGTERM handler, waited for by the main thread.
+
+    Not a `threading.Event`: its `set()` takes the lock its `wait()` holds
+    for a moment at each call, and a signal handler runs on the main thread
+    between two bytecodes, possibly while that thread holds the lock; the
+    handler then waits for its own thread forever (once, `make run` ignored
+    SIGTERM for a minute). A flag and short sleeps take no lock.
+    """
+
+    POLL_SECONDS = 0.05
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until set or `timeout` seconds passed; whether it is set."""
+        deadline = time.monotonic() + timeout
+        while not self._set:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(self.POLL_SECONDS, left))
+        return self._set
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,7 +259,7 @@ def main() -> int:
                         default=int(os.environ.get("COORDINATION_PARTITIONS", PARTITIONS)))
     args = parser.parse_args()
 
-    stop = threading.Event()
+    stop = StopRequest()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
