@@ -16,7 +16,8 @@ RUN = Path(__file__).resolve().parents[2] / "deploy" / "run.py"
 @pytest.fixture(scope="module")
 def run_module():
     spec = importlib.util.spec_from_file_location("deploy_run", RUN)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
