@@ -118,6 +118,7 @@ class _Candidate:
         self.stall_expired_at_lso: int | None = None
         self.warned_shared_id = False
         self.out_of_order_seen = 0
+        self.prepared = False
 
     async def run(self) -> Leadership:
         try:
@@ -130,8 +131,14 @@ class _Candidate:
                     # return: nothing can cancel the caller in between.
                     return leadership
         except BaseException:
-            await asyncio.shield(self.follower.close())
+            await asyncio.shield(self._stop_waiting())
             raise
+
+    async def _stop_waiting(self) -> None:
+        await self.follower.close()
+        if self.prepared:
+            self.prepared = False
+            await self.transport.discard_prepared(self.role)
 
     async def _step(self) -> Leadership | None:
         if not self._own_registration_visible():
@@ -146,10 +153,27 @@ class _Candidate:
         if step.action == "register":
             await self._register()
         elif step.action == "wait" or now < self.not_before:
+            await self._prepare_if_first(state)
             await self.follower.wait(max(step.at_ms, self.not_before))
         elif step.action == "challenge":
             return await self._challenge()
         return None
+
+    async def _prepare_if_first(self, state: RoleState) -> None:
+        """While first in line, keep the transport ready for this member's challenge.
+
+        The next challenge is most likely this member's, and on Kafka a
+        prepared producer leaves only InitProducerId for the handover to
+        wait for. Only the first in line prepares: a transport keeps few
+        producers prepared, and the later ones would rarely be used.
+        """
+        first = challenger_index(state, self.member, self.options.placement) == 0
+        if first and not self.prepared:
+            await self.transport.prepare_epoch(self.role, self.options.lease_duration,
+                                               self.partition)
+        elif self.prepared and not first:
+            await self.transport.discard_prepared(self.role)
+        self.prepared = first
 
     def _own_registration_visible(self) -> bool:
         return (
@@ -189,6 +213,7 @@ class _Candidate:
         if step.action != "challenge" or now < self.not_before:
             return None
         read_end = self.follower.last_stable_offset
+        self.prepared = False  # acquire_epoch takes (or drops) what was prepared
         token = await self.transport.acquire_epoch(self.role, self.options.lease_duration)
         began = False
         try:

@@ -517,6 +517,9 @@ class MemoryTransport:
         self._producers: dict[str, FencingToken] = {}
         self._policy = StateTopicPolicy()
         self._abandoned: dict[str, _Transaction] = {}
+        # Roles whose producer `prepare_epoch` got ready: nothing to connect
+        # in memory, but what a candidate asked for is visible to its tests.
+        self.prepared: set[str] = set()
 
     async def __aenter__(self) -> MemoryTransport:
         return self
@@ -524,6 +527,7 @@ class MemoryTransport:
     async def __aexit__(self, *exc_info: object) -> None:
         self._producers.clear()
         self._abandoned.clear()
+        self.prepared.clear()
 
     async def acquire_epoch(
         self, role: str, transaction_timeout: float, current: FencingToken | None = None
@@ -545,6 +549,7 @@ class MemoryTransport:
             self._producers[role] = token
         if current is None:
             self._abandoned.pop(role, None)  # a new producer; InitProducerId aborted it
+            self.prepared.discard(role)  # as KafkaTransport takes the prepared producer
         try:
             await _round_trip()
         except asyncio.CancelledError:
@@ -554,6 +559,15 @@ class MemoryTransport:
                 del self._producers[role]
             raise
         return token
+
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+        """Mints nothing; records that `role`'s producer was asked to get ready."""
+        if not transaction_timeout > 0:
+            raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+        self.prepared.add(role)
+
+    async def discard_prepared(self, role: str) -> None:
+        self.prepared.discard(role)
 
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         """The coordinator's current token for `role`."""

@@ -67,6 +67,22 @@ class Coordinator(Protocol):
         """
         ...
 
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+        """Get ready for a later `acquire_epoch` of `role`; mint nothing.
+
+        A standby first in line calls it while it waits, so that its
+        challenge waits only for InitProducerId (on Kafka: the producer is
+        connected, the role's coordinator found, `partition`'s leader
+        reached). It returns at once and never fails the caller: a
+        preparation that failed or is not ready is simply not used. No epoch
+        moves, so nobody is fenced.
+        """
+        ...
+
+    async def discard_prepared(self, role: str) -> None:
+        """Give up what `prepare_epoch` got ready for `role`, if anything."""
+        ...
+
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         """The coordinator's current token for `role` (DescribeTransactions)."""
         ...

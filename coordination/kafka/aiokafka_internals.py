@@ -5,7 +5,8 @@ job: it closes clients by hand when a bounded ``stop()`` did not finish
 (`coordination.kafka.lifecycle`), drives the producer's transaction manager
 itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
 consumer's position without awaiting (`coordination.kafka.positions`), sends
-requests aiokafka does not define (`coordination.kafka.protocol`) and watches
+requests aiokafka does not define (`coordination.kafka.protocol`), starts a prepared producer's
+network client apart from its sender (`coordination.kafka.prepared`) and watches
 the registration producer's sender (`coordination.kafka.transport`). The worker
 reads the same transaction manager (``app/faust_patches.py``).
 
@@ -57,6 +58,11 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.transaction_manager:PidAndEpoch",
     "aiokafka.producer.transaction_manager:TransactionManager._pid_and_epoch",
     "aiokafka.producer.transaction_manager:TransactionManager._sequence_numbers",
+    # A producer prepared ahead of a challenge (`coordination.kafka.prepared`):
+    # its client connects and its sender finds the coordinator before it starts.
+    "aiokafka.producer.sender:Sender.start",
+    "aiokafka.producer.sender:Sender._find_coordinator",
+    "aiokafka.client:CoordinationType",
     # The consumer: a bounded stop, and the position read without awaiting.
     "aiokafka.consumer.consumer:AIOKafkaConsumer._closed",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,7 @@ from coordination.kafka.lifecycle import (
     stop_producer,
 )
 from coordination.kafka.options import ClientOptions
+from coordination.kafka.prepared import PreparedProducers, start_prepared
 from coordination.kafka.protocol import (
     FENCE_ERROR_CODES,
     INVALID_TRANSACTION_TIMEOUT,
@@ -129,7 +131,9 @@ class KafkaTransport:
     an unreachable cluster is a `KafkaUnavailableError` within it.
     `tail_wait_ms` is the tails' fetch long-poll: committed records arrive at
     once, a move of the high watermark alone within that time. `topic` is
-    the state topic and `terms_topic` term mode's.
+    the state topic and `terms_topic` term mode's. `prepared_producers`
+    bounds how many roles' producers `prepare_epoch` keeps connected ahead
+    of a challenge (`coordination.kafka.prepared`; 0 turns it off).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class KafkaTransport:
         operation_timeout: float = 15.0,
         tail_wait_ms: int = 200,
         check_cache_seconds: float = 30.0,
+        prepared_producers: int = 16,
         **aiokafka_options: Any,
     ) -> None:
         if not operation_timeout > 0:
@@ -159,6 +164,8 @@ class KafkaTransport:
         self._reader = PartitionReader(lambda: self._new_consumer(0), timeout=operation_timeout)
         self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms))
         self._producers: dict[str, RoleProducer] = {}
+        self._prepared = PreparedProducers(self._role_producer, topic=topic,
+                                           limit=prepared_producers, timeout=operation_timeout)
         # role -> (token, error) of its producer that retired itself (fenced, fatal)
         self._ended: dict[str, tuple[FencingToken, BaseException]] = {}
         self._role_locks: dict[str, asyncio.Lock] = {}
@@ -196,7 +203,8 @@ class KafkaTransport:
         self._producers.clear()
         plain, self._plain = self._plain, None
         closing = [self._hub.close(), self._reader.close(), self._checker.close(),
-                   self._coordinators.close(), *(p.close() for p in producers)]
+                   self._coordinators.close(), self._prepared.close(),
+                   *(p.close() for p in producers)]
         if plain is not None:
             closing.append(stop_producer(plain))
         for result in await asyncio.gather(*closing, return_exceptions=True):
@@ -216,23 +224,23 @@ class KafkaTransport:
         `current`: the conditional bump (KIP-360) over the raw client; it
         returns the new token and raises `FencedError` if `current` was no
         longer the role's token. A producer of this transport that held
-        `current` writes under the new token afterwards.
+        `current` writes under the new token afterwards. A producer that
+        `prepare_epoch` connected for the role is used if it is ready.
         """
         self._check_open()
-        timeout_ms = round(transaction_timeout * 1000)
-        if not timeout_ms > 0:
-            raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+        timeout_ms = _timeout_ms(transaction_timeout)
         async with self._lock(role):
             if current is not None:
                 return await self._conditional_bump(role, timeout_ms, current)
             await self._drop(role)
-            producer = AIOKafkaProducer(**self._options.producer(
-                ROLE_PRODUCER_DEFAULTS,
-                transactional_id=role, transaction_timeout_ms=timeout_ms, acks="all",
-                enable_idempotence=True,
-            ))
+            producer = self._prepared.take(role, timeout_ms)
+            if producer is None:
+                producer = self._role_producer(role, timeout_ms)
+                start: Awaitable[None] = producer.start()
+            else:
+                start = start_prepared(producer)
             try:
-                await start_bounded(producer.start(), self._timeout,
+                await start_bounded(start, self._timeout,
                                     f"InitProducerId for role {role!r}", self.servers)
             except BaseException as exc:
                 await stop_producer(producer)
@@ -250,8 +258,25 @@ class KafkaTransport:
                                  self._retired)
             self._producers[role] = owner
             self._ended.pop(role, None)
+            # The tenure's end (a resignation's describe and conditional bump)
+            # goes to the coordinator over the raw client: find it now.
+            self._coordinators.warm(role)
             log.debug("%s: acquired %s", role, owner.token)
             return owner.token
+
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+        """Connect `role`'s producer now so that a later `acquire_epoch` waits only
+        for InitProducerId (`coordination.kafka.prepared`); mints nothing.
+
+        Returns at once: the preparation runs in the background and is
+        dropped, at no cost to the challenge, if it fails or is not ready.
+        """
+        self._check_open()
+        self._prepared.prepare(role, _timeout_ms(transaction_timeout), partition)
+
+    async def discard_prepared(self, role: str) -> None:
+        """Close the producer `prepare_epoch` connected for `role`, if any."""
+        self._prepared.discard(role)
 
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         """DescribeTransactions for `role` at its transaction coordinator."""
@@ -403,6 +428,14 @@ class KafkaTransport:
         if self._closed:
             raise InvalidStateError("the KafkaTransport is closed")
 
+    def _role_producer(self, role: str, timeout_ms: int) -> Any:
+        """A role's transactional producer, not started."""
+        return AIOKafkaProducer(**self._options.producer(
+            ROLE_PRODUCER_DEFAULTS,
+            transactional_id=role, transaction_timeout_ms=timeout_ms, acks="all",
+            enable_idempotence=True,
+        ))
+
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())
 
@@ -537,6 +570,13 @@ class KafkaTransport:
                     raise
                 self._plain = producer
             return self._plain
+
+
+def _timeout_ms(transaction_timeout: float) -> int:
+    timeout_ms = round(transaction_timeout * 1000)
+    if not timeout_ms > 0:
+        raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
+    return timeout_ms
 
 
 if TYPE_CHECKING:

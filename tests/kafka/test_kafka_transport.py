@@ -3,10 +3,10 @@
 The rules both transports follow are tests/kafka/test_transport_contract.py; here
 are the adapter's own: fetch latency, one consumer for every tail, the
 transaction protocol version, cancellation inside aiokafka, unreachable
-clusters, closing, the aiokafka options, and term mode's paths touching no
-transaction machinery. Every test gets a fresh compacted state topic and
-terms topic with unique names. Waits poll with a deadline;
-nothing sleeps a fixed time."""
+clusters, closing, the aiokafka options, producers prepared ahead of a
+challenge, and term mode's paths touching no transaction machinery. Every
+test gets a fresh compacted state topic and terms topic with unique names.
+Waits poll with a deadline; nothing sleeps a fixed time."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from coordination import (
     NO_EPOCH,
     TERM_HEADER,
     Claim,
+    FencedError,
     Heartbeat,
     TermStamp,
     acquire_leadership,
@@ -426,3 +427,141 @@ async def test_a_started_transport_checks_authority_without_waiting_on_the_start
     async with transport._coordinators._start_lock:
         status = await asyncio.wait_for(describe_leadership(transport, role), DEADLINE)
     assert status.role == role
+
+
+# ------------------------------------------- producers prepared ahead of a challenge
+
+
+async def prepared_and_ready(transport: KafkaTransport, role: str) -> Any:
+    """The producer `prepare_epoch` connected for `role`, once its preparation ended well."""
+    async def probe() -> Any:
+        return transport._prepared._by_role.get(role)
+
+    held = await polling.eventually(probe, lambda h: h is not None and h.task.done(), DEADLINE)
+    assert held.task.exception() is None
+    return held.producer
+
+
+async def closed(producer: Any) -> bool:
+    return bool(producer._closed)
+
+
+async def test_a_prepared_producer_mints_nothing_and_the_holder_goes_on_writing(
+        transports, role):
+    holder, standby = await transports(), await transports()
+    token = await holder.acquire_epoch(role, LEASE)
+    await standby.prepare_epoch(role, LEASE, 0)
+    await prepared_and_ready(standby, role)
+    assert (await standby.describe_epoch(role)).token == token
+    await write_lease(holder, role, token, 0, *lease_record(role, token))
+    assert (await holder.describe_epoch(role)).token == token
+
+
+async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
+        transports, role, monkeypatch):
+    holder, standby = await transports(), await transports()
+    token = await holder.acquire_epoch(role, LEASE)
+    await standby.prepare_epoch(role, LEASE, 0)
+    prepared = await prepared_and_ready(standby, role)
+    bootstraps: list[Any] = []
+    bootstrap = AIOKafkaClient.bootstrap
+
+    async def counted_bootstrap(self: Any) -> Any:
+        bootstraps.append(self)
+        return await bootstrap(self)
+
+    monkeypatch.setattr(AIOKafkaClient, "bootstrap", counted_bootstrap)
+    lookups: list[str] = []
+    lookup = AIOKafkaClient.coordinator_lookup
+
+    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
+        lookups.append(key)
+        return await lookup(self, kind, key)
+
+    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    minted = await standby.acquire_epoch(role, LEASE)
+    assert standby._producers[role].producer is prepared
+    assert (bootstraps, lookups) == ([], [])
+    assert minted.producer_id == token.producer_id
+    assert minted.producer_epoch > token.producer_epoch
+    with pytest.raises(FencedError):
+        await write_lease(holder, role, token, 0, *lease_record(role, token))
+    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
+    assert (await standby.describe_epoch(role)).token == minted
+
+
+async def test_a_preparation_for_another_transaction_timeout_is_closed_not_used(
+        transports, role):
+    standby = await transports()
+    await standby.prepare_epoch(role, LEASE, 0)
+    prepared = await prepared_and_ready(standby, role)
+    await standby.acquire_epoch(role, LEASE * 2)
+    assert standby._producers[role].producer is not prepared
+    await polling.eventually(lambda: closed(prepared), bool, DEADLINE)
+
+
+async def test_a_transport_keeps_at_most_its_number_of_prepared_producers(transports):
+    standby = await transports(prepared_producers=2)
+    roles = [f"test.kt-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    await standby.prepare_epoch(roles[0], LEASE, 0)
+    oldest = standby._prepared._by_role[roles[0]].producer
+    for role in roles[1:]:
+        await standby.prepare_epoch(role, LEASE, 0)
+    assert [role in standby._prepared for role in roles] == [False, True, True]
+    await polling.eventually(lambda: closed(oldest), bool, DEADLINE)
+    off = await transports(prepared_producers=0)
+    await off.prepare_epoch(roles[0], LEASE, 0)
+    assert len(off._prepared) == 0
+    with pytest.raises(ValueError, match="prepared producers"):
+        KafkaTransport("127.0.0.1:1", prepared_producers=-1)
+
+
+async def test_discarding_and_closing_close_every_prepared_producer(
+        kafka_bootstrap, state_topic, terms_topic, role):
+    before = asyncio.all_tasks()
+    async with KafkaTransport(kafka_bootstrap, topic=state_topic,
+                              terms_topic=terms_topic) as transport:
+        await transport.prepare_epoch(role, LEASE, 0)
+        discarded = await prepared_and_ready(transport, role)
+        await transport.discard_prepared(role)
+        await polling.eventually(lambda: closed(discarded), bool, DEADLINE)
+        await transport.prepare_epoch(f"{role}.2", LEASE, 1)
+        still_preparing = transport._prepared._by_role[f"{role}.2"].producer
+    assert await closed(still_preparing)
+    left = [t for t in asyncio.all_tasks() - before if not t.done()]
+    assert left == []
+
+
+async def test_the_standby_first_in_line_takes_over_with_the_producer_it_prepared(
+        transports, role):
+    options = dict(partitions=PARTITIONS, lease_duration=3, renew_interval=1,
+                   challenge_stagger=0.5)
+    holder, standby = await transports(), await transports()
+    leader = await acquire_leadership(holder, role, "a", **options)
+    waiting = asyncio.ensure_future(acquire_leadership(standby, role, "b", **options))
+    prepared = await prepared_and_ready(standby, role)
+    await leader.resign()
+    successor = await asyncio.wait_for(waiting, DEADLINE)
+    assert standby._producers[role].producer is prepared
+    assert (await describe_leadership(standby, role)).authoritative(successor.token)
+    await successor.resign()
+
+
+async def test_a_new_holder_finds_its_coordinator_ahead_of_its_resignation(
+        transport, role, monkeypatch):
+    await transport.acquire_epoch(role, LEASE)
+
+    async def located() -> bool:
+        return role in transport._coordinators._nodes
+
+    await polling.eventually(located, bool, DEADLINE)
+    lookups: list[str] = []
+    lookup = AIOKafkaClient.coordinator_lookup
+
+    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
+        lookups.append(key)
+        return await lookup(self, kind, key)
+
+    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    await transport.describe_epoch(role)
+    assert lookups == []

@@ -327,6 +327,15 @@ class FaultyTransport:
         return await self._call("acquire_epoch", self.inner.acquire_epoch, role,
                                 transaction_timeout, current)
 
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+        # Returns at once on every transport: no delay or pause point to add.
+        self._alive()
+        await self.inner.prepare_epoch(role, transaction_timeout, partition)
+
+    async def discard_prepared(self, role: str) -> None:
+        self._alive()
+        await self.inner.discard_prepared(role)
+
     async def describe_epoch(self, role: str) -> LeadershipStatus:
         return await self._call("describe_epoch", self.inner.describe_epoch, role)
 

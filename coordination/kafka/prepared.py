@@ -1,0 +1,158 @@
+"""Role producers connected ahead of a challenge, so a handover waits for less.
+
+A new role producer's ``start()`` is four waits in a row: connect to a
+bootstrap broker, read the cluster's metadata, find the role's transaction
+coordinator (and connect to it), then InitProducerId, which mints the epoch.
+Only the last one must wait for the challenge: the first three read and
+change nothing. A standby first in line for a role therefore has this
+transport prepare its producer while it waits (`PreparedProducers.prepare`):
+the producer is built with the role's ``transactional_id`` and transaction
+timeout, bootstrapped, its coordinator found and its connections to the
+coordinator and to the state partition's leader opened. No InitProducerId is
+sent, so no epoch moves and nobody is fenced. When the challenge comes,
+`take` hands the producer over and ``acquire_epoch`` starts only its sender,
+whose first act is the InitProducerId (`start_prepared`).
+
+It is an optimisation only, best effort at every step: a preparation that
+fails or has not finished when the challenge comes is dropped, and the
+challenge starts a producer from scratch as it would without one. At most
+`limit` producers are kept prepared per transport (two sockets and a
+metadata refresh each); the oldest is closed to make room. aiokafka has no
+public way to start a producer's network client apart from its sender, so
+the client's ``bootstrap()``, the sender's coordinator lookup and its
+``start()`` are called here directly (listed in
+`coordination.kafka.aiokafka_internals`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
+    CoordinationType,
+)
+from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unused-ignore]
+
+from coordination.kafka.lifecycle import stop_producer
+
+__all__ = ["PreparedProducers", "start_prepared"]
+
+log = logging.getLogger("coordination.kafka")
+
+
+@dataclass
+class _Preparation:
+    producer: Any
+    timeout_ms: int
+    task: asyncio.Task[None]
+
+
+class PreparedProducers:
+    """At most `limit` role producers, each connected but not yet started."""
+
+    def __init__(self, build: Callable[[str, int], Any], *, topic: str, limit: int,
+                 timeout: float) -> None:
+        if limit < 0:
+            raise ValueError(f"the number of prepared producers must be >= 0, got {limit}")
+        self._build = build
+        self._topic = topic
+        self._limit = limit
+        self._timeout = timeout
+        self._by_role: dict[str, _Preparation] = {}
+        # Closes started by `discard`, held so that asyncio does not drop them
+        # and so that `close` can wait for them.
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def prepare(self, role: str, timeout_ms: int, partition: int) -> None:
+        """Start preparing `role`'s producer in the background (nothing if already so)."""
+        if self._limit == 0:
+            return
+        held = self._by_role.get(role)
+        if held is not None and held.timeout_ms == timeout_ms:
+            return
+        self.discard(role)
+        while len(self._by_role) >= self._limit:
+            self.discard(next(iter(self._by_role)))
+        producer = self._build(role, timeout_ms)
+        task = asyncio.ensure_future(self._connect(role, producer, partition))
+        self._by_role[role] = _Preparation(producer, timeout_ms, task)
+
+    def take(self, role: str, timeout_ms: int) -> Any | None:
+        """`role`'s producer if its preparation finished well; None otherwise.
+
+        A preparation still running, failed, or made for another transaction
+        timeout is discarded: the challenge must not wait for it.
+        """
+        held = self._by_role.get(role)
+        if held is None:
+            return None
+        task = held.task
+        if (task.done() and not task.cancelled() and task.exception() is None
+                and held.timeout_ms == timeout_ms):
+            del self._by_role[role]
+            return held.producer
+        self.discard(role)
+        return None
+
+    def discard(self, role: str) -> None:
+        """Drop `role`'s prepared producer, if any; it is closed in the background."""
+        held = self._by_role.pop(role, None)
+        if held is not None:
+            held.task.cancel()
+            closing = asyncio.ensure_future(self._close(held))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """Close every prepared producer (bounded)."""
+        held = list(self._by_role.values())
+        self._by_role.clear()
+        for preparation in held:
+            preparation.task.cancel()
+        await asyncio.gather(*(self._close(p) for p in held), *self._closing)
+
+    def __len__(self) -> int:
+        return len(self._by_role)
+
+    def __contains__(self, role: object) -> bool:
+        return role in self._by_role
+
+    async def _connect(self, role: str, producer: Any, partition: int) -> None:
+        try:
+            await asyncio.wait_for(self._warm(role, producer, partition), self._timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Only the saving is lost: the challenge starts a producer of its own.
+            log.info("%s: could not prepare the role's producer (%r); a challenge "
+                     "starts one from scratch", role, exc)
+            raise
+
+    async def _warm(self, role: str, producer: Any, partition: int) -> None:
+        client = producer.client
+        await client.bootstrap()
+        await producer._sender._find_coordinator(CoordinationType.TRANSACTION, role)
+        leader = client.cluster.leader_for_partition(TopicPartition(self._topic, partition))
+        if leader is not None and leader >= 0:
+            await client.ready(leader)
+
+    @staticmethod
+    async def _close(held: _Preparation) -> None:
+        # The preparation was cancelled or has ended; its outcome was logged.
+        with contextlib.suppress(BaseException):
+            await held.task
+        await stop_producer(held.producer)
+
+
+async def start_prepared(producer: Any) -> None:
+    """Start a prepared producer: its sender's InitProducerId mints the epoch.
+
+    ``AIOKafkaProducer.start()`` would bootstrap the client a second time; the
+    sender's ``start()`` is the rest of it.
+    """
+    await producer._sender.start()

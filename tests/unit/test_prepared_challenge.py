@@ -1,0 +1,86 @@
+"""The standby first in line has its transport get its challenge ready.
+
+`Transport.prepare_epoch` mints nothing (on Kafka it connects the role's
+producer ahead of InitProducerId, `coordination.kafka.prepared`); these tests
+pin down who asks for it and when it is given up, on the in-process model.
+"""
+
+from coordination import describe_leadership
+from coordination.evaluate import rendezvous_weight
+from tests.support.sim import LEASE, Cluster
+
+
+async def lead(cluster: Cluster, member: str, **options):
+    task = cluster.candidate(member, **options)
+    await cluster.until(task.done, within=1)
+    return task.result()
+
+
+async def test_only_the_standby_first_in_line_prepares_its_challenge():
+    cluster = Cluster()
+    await lead(cluster, "a")
+    first, second = cluster.transport(), cluster.transport()
+    b = cluster.candidate("b", transport=first)
+    await cluster.settle()
+    c = cluster.candidate("c", transport=second)
+    await cluster.advance(LEASE)
+    assert first.prepared == {"billing"}
+    assert second.prepared == set()
+    b.cancel()
+    c.cancel()
+
+
+async def test_preparing_mints_nothing_and_the_leader_stays_authoritative():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    standby = cluster.transport()
+    waiting = cluster.candidate("b", transport=standby)
+    await cluster.advance(LEASE * 3)
+    assert standby.prepared == {"billing"}
+    status = await describe_leadership(cluster.transport(), "billing")
+    assert status.authoritative(leader.token)
+    assert not leader.done.done()
+    waiting.cancel()
+
+
+async def test_the_challenge_takes_what_was_prepared():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    standby = cluster.transport()
+    waiting = cluster.candidate("b", transport=standby)
+    await cluster.advance(LEASE)
+    assert standby.prepared == {"billing"}
+    await leader.resign()
+    await cluster.until(waiting.done, within=LEASE)
+    assert waiting.result().member == "b"
+    assert standby.prepared == set()
+
+
+async def test_a_standby_that_stops_waiting_discards_its_preparation():
+    cluster = Cluster()
+    await lead(cluster, "a")
+    standby = cluster.transport()
+    waiting = cluster.candidate("b", transport=standby)
+    await cluster.advance(LEASE)
+    assert standby.prepared == {"billing"}
+    waiting.cancel()
+    await cluster.settle()
+    assert standby.prepared == set()
+
+
+async def test_a_standby_no_longer_first_in_line_discards_its_preparation():
+    # Under balanced placement a member that registers later can rank ahead.
+    names = sorted((f"m{i}" for i in range(8)),
+                   key=lambda name: -rendezvous_weight("billing", name))
+    ahead, behind = names[0], names[1]
+    cluster = Cluster()
+    await lead(cluster, "a", placement="balanced")
+    standby = cluster.transport()
+    waiting = cluster.candidate(behind, transport=standby, placement="balanced")
+    await cluster.advance(LEASE)
+    assert standby.prepared == {"billing"}
+    newcomer = cluster.candidate(ahead, placement="balanced")
+    await cluster.advance(LEASE)
+    assert standby.prepared == set()
+    waiting.cancel()
+    newcomer.cancel()
