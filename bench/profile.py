@@ -4,8 +4,10 @@
 
 Handover: two `KafkaTransport`s in one process (leader A, standby B, one role,
 lease 3 s, renew 1 s, stagger 0.5 s); B's transport methods are wrapped to
-time-stamp each stage of its take-over after A calls ``resign()``: when B's
-tail delivered the tombstone, B's re-read of the partition, InitProducerId
+time-stamp each stage of its take-over after A calls ``resign()``, and A's
+the stages of its resignation (the authority check, the conditional bump,
+the tombstone's transaction, closing the producer, the deregistration); when
+B's tail delivered the tombstone, B's re-read of the partition, InitProducerId
 (the new transactional producer's start), the first lease record's
 transaction and the first guarded write's transaction. Prints the median of
 each stage. Authority: `describe_leadership` calls, optionally under
@@ -79,8 +81,11 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
             for name in ("read_partition", "check_topic", "acquire_epoch", "begin_transaction"):
                 _wrap(tb, name, marks)
             a_marks: list[tuple[str, float, float]] = []
-            # The tombstone is the resignation's transaction (begin, write, commit).
-            for name in ("begin_transaction", "acquire_epoch", "release", "append"):
+            # The resignation: is the token current, the conditional bump, the
+            # tombstone's transaction (begin, write, commit), closing the
+            # producer, the deregistration.
+            for name in ("describe_epoch", "acquire_epoch", "begin_transaction", "release",
+                         "append"):
                 _wrap(ta, name, a_marks)
             t0 = _ms()
             await a.resign()
@@ -92,14 +97,13 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
             t_wrote = _ms()
             rows = {"A resign() returned": t_resigned - t0,
                     "B leading": t_leading - t0, "B first write committed": t_wrote - t0}
-            for name, _start, end in a_marks:
-                rows.setdefault(f"A {name} (end)", end - t0)
-            firsts: dict[str, tuple[float, float]] = {}
-            for name, start, end in marks:
-                firsts.setdefault(name, (start, end))
-            for name, (start, end) in firsts.items():
-                rows[f"B {name} start"] = start - t0
-                rows[f"B {name} took"] = end - start
+            for who, stamps in (("A", a_marks), ("B", marks)):
+                firsts: dict[str, tuple[float, float]] = {}
+                for name, start, end in stamps:
+                    firsts.setdefault(name, (start, end))
+                for name, (start, end) in firsts.items():
+                    rows[f"{who} {name} start"] = start - t0
+                    rows[f"{who} {name} took"] = end - start
             for key, value in rows.items():
                 stages.setdefault(key, []).append(value)
             await b.resign()
