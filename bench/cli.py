@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -221,7 +222,16 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
             print(f"bench: figure {name} ({bench.trials} trials; systems "
                   f"{','.join(systems_of)})", flush=True)
             started = time.monotonic()
-            await figure_runner(name)(bench)
+            try:
+                await figure_runner(name)(bench)
+            except Exception as exc:
+                # A full run lasts half an hour or more: one broken figure must
+                # not lose the figures measured before it.
+                traceback.print_exc()
+                bench.failed[name] = repr(exc)
+                print(f"bench: figure {name} FAILED after {time.monotonic() - started:.0f} s: "
+                      f"{exc!r}", file=sys.stderr, flush=True)
+                continue
             print(f"bench: figure {name} took {time.monotonic() - started:.0f} s", flush=True)
     finally:
         procs.stop_all()
@@ -254,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for peer, reason in bench.skipped.items():
             print(f"!!! {peer} was NOT measured: {reason}")
+    for name, error in bench.failed.items():
+        print(f"!!! figure {name} FAILED: {error}")
     if args.json is not None:
         document = [r.to_json() for r in bench.results]
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -261,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         meta = args.json.with_suffix(".meta.json")
         meta.write_text(json.dumps({
             "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "machine": machine(), "skipped": bench.skipped, "seconds": round(elapsed),
+            "machine": machine(), "skipped": bench.skipped, "failed": bench.failed,
+            "seconds": round(elapsed),
             "trials": bench.trials, "versions": bench.versions, "fencing": bench.fencings,
             "load_average": {"before": [round(x, 2) for x in load_before],
                              "after": [round(x, 2) for x in load_after],
@@ -275,4 +288,4 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: plot {path}")
     print(f"bench: {elapsed:.0f} s; load average before {load_before[0]:.2f}, "
           f"after {load_after[0]:.2f}")
-    return 0
+    return 1 if bench.failed else 0

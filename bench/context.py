@@ -46,6 +46,8 @@ class Bench:
     timing: Timing
     systems: list[str]
     skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Figures that raised, with the error: the run goes on with the next figure."""
     bootstrap: str = ""
     etcd: str = ""
     zookeeper: str = ""

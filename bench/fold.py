@@ -148,6 +148,7 @@ async def decode_only(message: Any) -> None:
 async def fold_throughput(bench: Bench) -> None:
     try:
         from agents.fold import apply_record
+        from app.due_index import DueIndex
         from app.settings import Settings
     except ImportError as exc:
         for system in ("krabka", "aiokafka-raw"):
@@ -171,7 +172,7 @@ async def fold_throughput(bench: Bench) -> None:
                     tables=SimpleNamespace(role_state={}, partition_state={}),
                     partitions=PARTITIONS, metrics=_Metrics(), events_topic=events,
                     settings=Settings(partitions=PARTITIONS), fold_lock=asyncio.Lock(),
-                    feed=_Feed())
+                    feed=_Feed(), due=DueIndex())
 
                 async def fold(message: Any, ctx: Any = ctx) -> None:
                     await apply_record(ctx, SimpleNamespace(

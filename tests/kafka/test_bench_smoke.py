@@ -20,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"figure", "system", "unit", "n", "min", "p50", "p90", "p99", "max", "configuration"}
 
 
-def test_codec_and_authority_check_for_krabka_write_the_json_shape(kafka_bootstrap, tmp_path):
+def test_codec_authority_check_and_fold_throughput_for_krabka_write_the_json_shape(
+        kafka_bootstrap, tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "codec", "authority-check", "--systems", "krabka",
+        [sys.executable, "-m", "bench", "codec", "authority-check", "fold-throughput",
+         "--systems", "krabka",
          "--trials", "3", "--quick", "--bootstrap-servers", kafka_bootstrap,
          "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
@@ -35,6 +37,8 @@ def test_codec_and_authority_check_for_krabka_write_the_json_shape(kafka_bootstr
     assert ("codec", "krabka", "encode") in figures
     assert ("codec", "krabka", "decode") in figures
     assert ("authority-check", "krabka", None) in figures
+    assert ("fold-throughput", "krabka", None) in figures
+    assert ("fold-throughput", "aiokafka-raw", None) in figures
     for result in results:
         assert set(result) >= KEYS, result
         assert result["n"] == len(result["samples"]) > 0

@@ -1,0 +1,34 @@
+"""`python -m bench` as a run: a figure that fails does not lose the figures measured
+before it, and the run says which failed (in its output, its metadata and its exit
+status)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import cli
+from bench.stats import Result
+
+
+def test_a_failing_figure_keeps_the_results_before_it_and_fails_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def runner(name: str) -> Any:
+        async def measured(bench: Any) -> None:
+            bench.add(Result("codec", "krabka", "records/s", [1.0, 2.0], {}, metric="encode"))
+            raise RuntimeError("a broken figure")
+        return measured
+
+    monkeypatch.setattr(cli, "figure_runner", runner)
+    out = tmp_path / "run.json"
+    status = cli.main(["codec", "--systems", "krabka", "--json", str(out)])
+    assert status == 1
+    assert [(r["figure"], r["metric"]) for r in json.loads(out.read_text())] == [
+        ("codec", "encode")]
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["failed"] == {"codec": "RuntimeError('a broken figure')"}
+    assert "figure codec FAILED" in capsys.readouterr().out
