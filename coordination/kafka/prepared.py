@@ -7,8 +7,9 @@ Only the last one must wait for the challenge: the first three read and
 change nothing. A standby first in line for a role therefore has this
 transport prepare its producer while it waits (`PreparedProducers.prepare`):
 the producer is built with the role's ``transactional_id`` and transaction
-timeout, bootstrapped, its coordinator found and its connections to the
-coordinator and to the state partition's leader opened. No InitProducerId is
+timeout, bootstrapped, the state topic's metadata read, its coordinator
+found and its connections to the coordinator and to the state partition's
+leader opened. No InitProducerId is
 sent, so no epoch moves and nobody is fenced. When the challenge comes,
 `take` hands the producer over and ``acquire_epoch`` starts only its sender,
 whose first act is the InitProducerId (`start_prepared`).
@@ -136,6 +137,9 @@ class PreparedProducers:
     async def _warm(self, role: str, producer: Any, partition: int) -> None:
         client = producer.client
         await client.bootstrap()
+        # aiokafka's bootstrap asks for no topic's metadata (an empty list on
+        # Metadata v1+): the state topic's is read now, not at the first lease.
+        await producer.partitions_for(self._topic)
         await producer._sender._find_coordinator(CoordinationType.TRANSACTION, role)
         leader = client.cluster.leader_for_partition(TopicPartition(self._topic, partition))
         if leader is not None and leader >= 0:

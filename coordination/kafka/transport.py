@@ -272,7 +272,11 @@ class KafkaTransport:
         dropped, at no cost to the challenge, if it fails or is not ready.
         """
         self._check_open()
-        self._prepared.prepare(role, _timeout_ms(transaction_timeout), partition)
+        timeout_ms = _timeout_ms(transaction_timeout)
+        await self._require(self.topic, "state topic")  # the preparation reads its metadata
+        self._prepared.prepare(role, timeout_ms, partition)
+        # The tenure's resignation asks the coordinator over the raw client.
+        self._coordinators.warm(role)
 
     async def discard_prepared(self, role: str) -> None:
         """Close the producer `prepare_epoch` connected for `role`, if any."""

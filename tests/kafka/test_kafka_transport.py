@@ -463,6 +463,12 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
     token = await holder.acquire_epoch(role, LEASE)
     await standby.prepare_epoch(role, LEASE, 0)
     prepared = await prepared_and_ready(standby, role)
+
+    async def located() -> bool:
+        return role in standby._coordinators._nodes
+
+    await polling.eventually(located, bool, DEADLINE)  # the raw client's own lookup
+    assert prepared.client.cluster.partitions_for_topic(standby.topic)  # no metadata to wait for
     bootstraps: list[Any] = []
     bootstrap = AIOKafkaClient.bootstrap
 
