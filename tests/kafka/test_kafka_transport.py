@@ -125,6 +125,19 @@ def role() -> str:
 # -------------------------------------------------------------------- helpers
 
 
+def count_coordinator_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the key of every FindCoordinator any aiokafka client sends."""
+    lookups: list[str] = []
+    lookup = AIOKafkaClient.coordinator_lookup
+
+    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
+        lookups.append(key)
+        return await lookup(self, kind, key)
+
+    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    return lookups
+
+
 async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:
     """A read once every commit marker is written (stable offset = high watermark)."""
     return await polling.eventually(lambda: transport.read_partition(partition),
@@ -393,14 +406,7 @@ async def test_the_leadership_flow_runs_on_the_real_broker(kafka_bootstrap, tran
 async def test_an_authority_check_creates_no_task_and_finds_the_coordinator_once(
         transport, role, monkeypatch):
     await describe_leadership(transport, role)  # the first call finds the coordinator
-    lookups: list[str] = []
-    lookup = AIOKafkaClient.coordinator_lookup
-
-    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
-        lookups.append(key)
-        return await lookup(self, kind, key)
-
-    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    lookups = count_coordinator_lookups(monkeypatch)
     loop = asyncio.get_running_loop()
     created: list[str] = []
     default_factory = loop.get_task_factory()
@@ -477,14 +483,7 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
         return await bootstrap(self)
 
     monkeypatch.setattr(AIOKafkaClient, "bootstrap", counted_bootstrap)
-    lookups: list[str] = []
-    lookup = AIOKafkaClient.coordinator_lookup
-
-    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
-        lookups.append(key)
-        return await lookup(self, kind, key)
-
-    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    lookups = count_coordinator_lookups(monkeypatch)
     minted = await standby.acquire_epoch(role, LEASE)
     assert standby._producers[role].producer is prepared
     assert (bootstraps, lookups) == ([], [])
@@ -561,13 +560,6 @@ async def test_a_new_holder_finds_its_coordinator_ahead_of_its_resignation(
         return role in transport._coordinators._nodes
 
     await polling.eventually(located, bool, DEADLINE)
-    lookups: list[str] = []
-    lookup = AIOKafkaClient.coordinator_lookup
-
-    async def counted_lookup(self: Any, kind: Any, key: str) -> Any:
-        lookups.append(key)
-        return await lookup(self, kind, key)
-
-    monkeypatch.setattr(AIOKafkaClient, "coordinator_lookup", counted_lookup)
+    lookups = count_coordinator_lookups(monkeypatch)
     await transport.describe_epoch(role)
     assert lookups == []

@@ -110,6 +110,13 @@ class Cluster:
         return [r.value for r in self.broker.partition("out", 0).read_committed(0).records]
 
 
+async def lead(cluster: Cluster, member: str, **options: Any) -> Leadership:
+    """`member` stands for the role and takes it (within one second of clock time)."""
+    task = cluster.candidate(member, **options)
+    await cluster.until(task.done, within=1)
+    return task.result()
+
+
 def crash(leadership: Leadership) -> None:
     """The leader's process dies: it stops renewing and writes nothing more."""
     for task in leadership._tasks:

@@ -21,13 +21,7 @@ from coordination import (
     describe_role_state,
 )
 from tests.support.loop import run_ready_callbacks
-from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, SkewedClock, crash
-
-
-async def lead(cluster: Cluster, member: str, **kw):
-    task = cluster.candidate(member, **kw)
-    await cluster.until(task.done, within=1)
-    return task.result()
+from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, SkewedClock, crash, lead
 
 
 async def test_the_first_registered_member_leads_at_once():

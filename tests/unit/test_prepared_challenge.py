@@ -7,13 +7,7 @@ pin down who asks for it and when it is given up, on the in-process model.
 
 from coordination import describe_leadership
 from coordination.evaluate import rendezvous_weight
-from tests.support.sim import LEASE, Cluster
-
-
-async def lead(cluster: Cluster, member: str, **options):
-    task = cluster.candidate(member, **options)
-    await cluster.until(task.done, within=1)
-    return task.result()
+from tests.support.sim import LEASE, Cluster, lead
 
 
 async def test_only_the_standby_first_in_line_prepares_its_challenge():
