@@ -48,6 +48,7 @@ from coordination import (
     murmur2,
     to_positive,
 )
+from tests.support import polling
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.transport_backends import KafkaBackend, MemoryBackend
 
@@ -206,6 +207,10 @@ async def test_a_conditional_bump_with_a_stale_epoch_aborts_the_current_epochs_o
     successor = await new.acquire_epoch(role, LEASE)
     txn = await new.begin_transaction(role, successor)
     await txn.send(output, b"successor", partition=0)
+    # Open at the coordinator once the producer's AddPartitionsToTxn is in,
+    # which on Kafka comes a moment after the send returns.
+    await polling.eventually(lambda: new.describe_epoch(role),
+                             lambda status: status.state == "Ongoing", 30)
     with pytest.raises(FencedError):
         await old.acquire_epoch(role, LEASE, current=stale)
     assert (await new.describe_epoch(role)).token == FencingToken(
