@@ -37,15 +37,20 @@ def busy(ctx: Context) -> str | None:
 async def probe(ctx: Context) -> None:
     """Ask the cluster for every state partition's last stable offset.
 
-    Bounded by the probe interval, so probes on a timer never pile up on a
-    cluster that does not answer.
+    Bounded by the cluster timeout, past which ``GET /ready`` reports the
+    cluster silent anyway; the timer awaits each probe, so probes never pile
+    up. Not by the probe interval: the consumer sends its ListOffsets on the
+    connection its fetches use, and the broker answers a connection's
+    requests in order, so on an idle state topic the answer waits behind a
+    fetch's long poll (aiokafka's ``fetch_max_wait_ms``, 0.5 s). A bound of a
+    0.5 s interval failed every probe, and the worker never became ready.
     """
     topic = ctx.state_topic.get_topic_name()
     partitions = [TP(topic, p) for p in range(ctx.partitions)]
     ctx.cluster.note_busy(busy(ctx))
     try:
         ends = await asyncio.wait_for(ctx.app.consumer.highwaters(*partitions),
-                                      ctx.settings.ready_probe_interval)
+                                      ctx.settings.ready_cluster_timeout)
     except Exception as exc:
         if ctx.cluster.error is None:
             log.warning("the cluster did not answer the readiness probe: %r", exc)

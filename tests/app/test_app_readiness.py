@@ -9,10 +9,13 @@ reason; ``/ready`` answers 503 with them, and ``/health`` stays 200.
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from app import health
 from app.factory import build
 from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess
 from app.settings import Settings
@@ -178,6 +181,26 @@ async def test_ready_answers_503_with_the_reasons_until_the_cluster_answered_and
             assert "has not answered for" in body["reasons"][0]
     finally:
         await server.close()
+
+
+async def test_a_probe_answered_after_the_probe_interval_but_within_the_timeout_counts():
+    """The consumer's ListOffsets waits behind its fetch's long poll on the same
+    connection (up to 0.5 s on an idle topic): an answer slower than the probe
+    interval is still an answer."""
+    settings = Settings(partitions=4, member_id="a", app_id="test-probe",
+                        ready_probe_interval=0.05, ready_cluster_timeout=5.0)
+    ctx = build(settings, store="memory://", roles={}, clock=ManualClock(),
+                transport_factory=lambda: MemoryTransport(MemoryBroker()))
+
+    class SlowConsumer:
+        async def highwaters(self, *partitions):
+            await asyncio.sleep(4 * settings.ready_probe_interval)  # the answer's latency
+            return {tp: 7 for tp in partitions}
+
+    ctx.app.consumer = SlowConsumer()
+    await health.probe(ctx)
+    assert ctx.cluster.error is None
+    assert ctx.cluster.end_offsets == {p: 7 for p in range(4)}
 
 
 def test_the_bounds_are_settings_and_a_probe_interval_above_the_timeout_is_refused():
