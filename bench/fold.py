@@ -6,10 +6,10 @@ read_committed aiokafka consumer:
 
 - ``aiokafka-raw`` (the ceiling for our stack): decode each record's key and
   value with the library's decoders, nothing else;
-- ``krabka``: the worker application's own per-record step,
-  ``agents.fold.apply_record`` (route, fold, the table value codec, events),
-  with in-memory dicts for the tables and a counting stand-in for the events
-  topic.
+- ``krabka``: the worker application's own step, ``agents.fold.apply_batch``
+  (route, fold, the table value codec, events) over batches of
+  ``agents.fold.FOLD_BATCH`` records, with in-memory dicts for the tables and
+  a counting stand-in for the events topic.
 
 What this does not include: the Faust runtime around the agent (stream
 buffering, RocksDB writes, changelog and event produce, exactly-once
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -94,6 +95,13 @@ class _Feed:
         pass
 
 
+@dataclass(eq=False)
+class _Event:
+    """What the fold reads of a Faust event (weakly referable, as Faust's are)."""
+
+    message: Any
+
+
 class _Events:
     def __init__(self) -> None:
         self.sent = 0
@@ -103,7 +111,8 @@ class _Events:
 
 
 async def consume(bench: Bench, topic: str, handle: Any) -> int:
-    """Read every partition of `topic` to its end (read_committed), `handle` per record."""
+    """Read every partition of `topic` to its end (read_committed), `handle` per
+    fetched list of one partition's records."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bench.bootstrap,
@@ -122,8 +131,7 @@ async def consume(bench: Bench, topic: str, handle: Any) -> int:
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
             for messages in batch.values():
-                for message in messages:
-                    await handle(message)
+                await handle(messages)
                 count += len(messages)
             # The position, not the last record's offset: a transactional topic's
             # last offset is a commit marker, which the consumer skips.
@@ -135,19 +143,20 @@ async def consume(bench: Bench, topic: str, handle: Any) -> int:
         await consumer.stop()
 
 
-async def decode_only(message: Any) -> None:
-    """The raw baseline's step: decode the record's key and value, nothing else."""
-    key = decode_key(message.key)
-    if message.value:
-        if key.kind == Kind.LEASE:
-            decode_lease(message.value)
-        else:
-            decode_registration(message.value)
+async def decode_only(messages: list[Any]) -> None:
+    """The raw baseline's step: decode each record's key and value, nothing else."""
+    for message in messages:
+        key = decode_key(message.key)
+        if message.value:
+            if key.kind == Kind.LEASE:
+                decode_lease(message.value)
+            else:
+                decode_registration(message.value)
 
 
 async def fold_throughput(bench: Bench) -> None:
     try:
-        from agents.fold import apply_record
+        from agents.fold import FOLD_BATCH, apply_batch
         from app.due_index import DueIndex
         from app.settings import Settings
     except ImportError as exc:
@@ -167,17 +176,19 @@ async def fold_throughput(bench: Bench) -> None:
         order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
         for system in order:
             if system == "krabka":
-                # What `apply_record` reads of the worker's `app.context.Context`.
+                # What `apply_batch` reads of the worker's `app.context.Context`.
                 ctx = SimpleNamespace(
                     tables=SimpleNamespace(role_state={}, partition_state={}),
                     partitions=PARTITIONS, metrics=_Metrics(), events_topic=events,
                     settings=Settings(partitions=PARTITIONS), fold_lock=asyncio.Lock(),
                     feed=_Feed(), due=DueIndex())
 
-                async def fold(message: Any, ctx: Any = ctx) -> None:
-                    await apply_record(ctx, SimpleNamespace(
-                        partition=message.partition, offset=message.offset, key=message.key,
-                        value=message.value, timestamp=message.timestamp / 1000))
+                async def fold(messages: list[Any], ctx: Any = ctx) -> None:
+                    events = [_Event(SimpleNamespace(
+                        partition=m.partition, offset=m.offset, key=m.key, value=m.value,
+                        timestamp=m.timestamp / 1000)) for m in messages]
+                    for start in range(0, len(events), FOLD_BATCH):
+                        await apply_batch(ctx, events[start:start + FOLD_BATCH])
                 handler = fold
             else:
                 handler = decode_only
@@ -191,7 +202,7 @@ async def fold_throughput(bench: Bench) -> None:
             "fold-throughput", system, "records/s", samples,
             bench.config(records=filled, partitions=PARTITIONS, trials_run=trials,
                          roles=max(1, records // 20),
-                         what=("agents.fold.apply_record per record with dict tables "
+                         what=("agents.fold.apply_batch with dict tables "
                                "(no Faust runtime, RocksDB, changelog or commits)"
                                if system == "krabka" else
                                "read_committed consume + decode_key/decode_* per record")),

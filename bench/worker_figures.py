@@ -166,8 +166,10 @@ async def worker_recovery(bench: Bench) -> None:
                 if system == "aiokafka-raw":
                     table: dict[bytes, bytes] = {}
 
-                    async def keep(message: Any, table: dict[bytes, bytes] = table) -> None:
-                        table[message.key] = message.value
+                    async def keep(messages: list[Any],
+                                   table: dict[bytes, bytes] = table) -> None:
+                        for message in messages:
+                            table[message.key] = message.value
                     started = time.perf_counter()
                     changelog_records = await fold.consume(bench, group.changelog, keep)
                     times[system].append(time.perf_counter() - started)

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agents.fold import apply_record
+from agents.fold import apply_batch
 from app.event_stream import RETRY_MS
 from app.feed import Dropped, EventFeed
 from coordination import (
@@ -20,6 +20,7 @@ from coordination import (
     LeadershipEvent,
     ManualClock,
     MemoryBroker,
+    Record,
     Registration,
     encode_key,
     encode_registration,
@@ -27,6 +28,7 @@ from coordination import (
     role_partition,
 )
 from tests.app.test_app_web import A_PARTS, B_PARTS, StaticRouter, Worker, roles_in
+from tests.support.faust_events import state_event
 from tests.support.polling import eventually
 
 PARTITIONS = 4
@@ -107,11 +109,9 @@ async def test_the_fold_hands_every_event_it_publishes_to_the_feed(two_workers):
     a.ctx.tables = SimpleNamespace(role_state={}, partition_state={})
     subscription = a.ctx.feed.subscribe()
     partition = role_partition(A_ROLE, PARTITIONS)
-    message = SimpleNamespace(
-        partition=partition, offset=0, timestamp=NOW / 1000,
-        key=encode_key(registration_key(A_ROLE, "x")),
-        value=encode_registration(Registration("x", NOW)))
-    await apply_record(a.ctx, message)
+    record = Record(0, encode_key(registration_key(A_ROLE, "x")),
+                    encode_registration(Registration("x", NOW)), NOW)
+    await apply_batch(a.ctx, [state_event(record, partition)])
     published = await asyncio.wait_for(subscription.get(), WITHIN)
     assert (published.role, published.kind, published.member) == (A_ROLE, "member-joined", "x")
     assert topic.values == [published.encode()]

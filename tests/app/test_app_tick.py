@@ -24,6 +24,7 @@ from coordination import (
     role_partition,
 )
 from tables import role_state
+from tests.support.faust_events import state_event
 from tests.support.logs import Log
 
 PARTITIONS = 4
@@ -123,7 +124,7 @@ async def test_a_tick_decodes_only_the_values_due_and_a_folded_lease_is_due_at_i
     assert (watched.published, watched.decoded) == ([f"lapsed {roles[0]}", f"lapsed {roles[1]}"],
                                                     5)
     # The fold renews the third role's lease: it is due at the new deadline, not the old one.
-    await agents.fold.apply_record(ctx, message(renewed[-1], 1))
+    await agents.fold.apply_batch(ctx, [state_event(renewed[-1], 1)])
     before = watched.decoded
     await apply_tick(ctx, 1, NOW + 40_000)
     assert (len(watched.published), watched.decoded - before) == (2, 0)
@@ -144,12 +145,6 @@ async def test_after_a_rebalance_a_tick_finds_the_values_faust_restored_into_the
     await ctx.app.on_rebalance_complete.send()
     await apply_tick(ctx, 3, NOW)
     assert watched.published == [f"lapsed {restored}"]
-
-
-def message(record: Record, partition: int) -> SimpleNamespace:
-    """A Faust message of `record` on state partition `partition`."""
-    return SimpleNamespace(partition=partition, offset=record.offset, key=record.key,
-                           value=record.value, timestamp=record.timestamp / 1000)
 
 
 @settings(max_examples=60, deadline=None)
@@ -189,7 +184,7 @@ async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(de
             elif applied[role] < len(histories[role]):
                 record = histories[role][applied[role]]
                 applied[role] += 1
-                await agents.fold.apply_record(ctx, message(record, 0))
+                await agents.fold.apply_batch(ctx, [state_event(record, 0)])
                 reference[role], _ = fold(reference[role], record, 0, PARTITIONS)
     finally:
         agents.fold._publish = saved
