@@ -1,4 +1,4 @@
-"""Patches for six faust-streaming 0.15.3 bugs, applied when the worker app is
+"""Patches for seven faust-streaming 0.15.3 bugs, applied when the worker app is
 built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -75,14 +75,28 @@ superseded recovery then goes on to its standby phase with the *new*
 generation's standby partitions, whose offsets it never read (``None``
 placeholders), and ``consumer.seek(tp, None)`` raises ``ValueError("Offset
 must be a positive integer")``: the Recovery service crashes and the worker
-exits. Under exactly_once the active wait lasts at least ten seconds (the
-end is found only after two 5 s idle polls), so any peer that leaves and
-comes back within that time after a worker (re)started triggers it
+exits. Under exactly_once the active wait lasted at least ten seconds (the
+end is found only after two 5 s idle polls, before patch 4), so any peer that
+leaves and comes back within that time after a worker (re)started triggered it
 (docs/upstream-faust.md). The fix: ``_wait`` raises ``RebalanceAgain`` at
 once when a newer rebalance is already pending, before it starts the awaited
 step; the loop then restarts recovery for the new generation, as it does
 when the signal comes during a wait. Applied only to the faust-streaming
 versions it was checked on (`app.faust_internals.FAUST`).
+
+4. Ten idle seconds at the end of every table recovery under exactly_once.
+A transactional changelog ends with a commit marker, which a consumer never
+receives, so the last record's offset stays below the recovery's highwater
+and the recovery's own test of its end never passes. The end is found by
+``detect_aborted_tx`` (the consumer's position has reached the highwater),
+which ``Recovery._slurp_changelogs`` calls only after two consecutive 5 s
+waits on an empty changelog queue: a worker restarted with 10 000 roles
+read its changelog in about 4 s and then waited 10 more
+(docs/upstream-faust.md, item 2). The position test is what decides; the
+wait is only when it runs. So the changelog queue's ``get`` gives up after
+`RECOVERY_IDLE` seconds without an event, with the ``TimeoutError`` the
+loop's own 5 s ``wait_for`` would raise, and the end is found 0.5 s after
+the last record. Applied only to the versions it was checked on, with 3.
 """
 
 from __future__ import annotations
@@ -95,13 +109,15 @@ from typing import Any
 
 import faust
 from aiokafka.errors import IllegalOperation
+from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
+from mode.utils.queues import ThrowableQueue
 
 from app.faust_internals import FAUST
 
-__all__ = ["REBALANCED_DURING_RECOVERY", "apply"]
+__all__ = ["REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue", "apply"]
 
 log = logging.getLogger("app.faust_patches")
 
@@ -192,6 +208,31 @@ async def _recovery_wait(self: Any, coro: Any, timeout: Any = None) -> None:  # 
     await _original_recovery_wait(self, coro, timeout)
 
 
+RECOVERY_IDLE = 0.25
+"""Seconds the table recovery waits on an empty changelog queue before it counts
+an idle poll (Faust's own wait: 5 s; two idle polls end a transactional recovery)."""
+
+
+class RecoveryQueue(ThrowableQueue[Any]):
+    """The tables' changelog queue, whose ``get`` gives up after `RECOVERY_IDLE`
+    seconds without an event (patch 4). Only the table recovery reads it."""
+
+    async def get(self) -> Any:
+        if not self.empty():  # no task for the wait while events are queued
+            return await super().get()
+        return await asyncio.wait_for(super().get(), RECOVERY_IDLE)
+
+
+def _changelog_queue(self: Any) -> Any:
+    """``TableManager.changelog_queue``, built as a `RecoveryQueue` (Faust's
+    ``App.FlowControlQueue`` builds the same queue, of the base class)."""
+    if self._changelog_queue is None:
+        self._changelog_queue = RecoveryQueue(
+            maxsize=self.app.conf.stream_buffer_maxsize, flow_control=self.app.flow_control,
+            clear_on_resume=True)
+    return self._changelog_queue
+
+
 def apply() -> None:
     """Patch Faust's aiokafka driver and, on a tested version, its table recovery (idempotent)."""
     thread = faust_aiokafka.AIOKafkaConsumerThread
@@ -208,9 +249,12 @@ def apply() -> None:
 def _patch_recovery(version: str) -> bool:
     """Install the recovery fix if `version` (faust-streaming's) is one it was checked on."""
     if not FAUST.covers(version):
-        log.warning("faust-streaming %s: the recovery patch is for %s only and is not installed; "
-                    "check whether Recovery._restart_recovery still swallows RebalanceAgain "
+        log.warning("faust-streaming %s: the recovery patches are for %s only and are not "
+                    "installed; check whether Recovery._restart_recovery still swallows "
+                    "RebalanceAgain and _slurp_changelogs still waits two 5 s polls "
                     "(docs/upstream-faust.md)", version, FAUST.requirement)
         return False
     faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
+    faust_tables_manager.TableManager.changelog_queue = property(  # type: ignore[method-assign,assignment]
+        _changelog_queue)
     return True

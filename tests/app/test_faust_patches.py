@@ -12,6 +12,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import IllegalOperation
+from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
@@ -96,20 +97,61 @@ async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery
     await rebalance
 
 
-def test_the_recovery_patch_is_installed_only_on_a_tested_version(monkeypatch):
+def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch):
     original = faust_patches._original_recovery_wait
+    original_queue = faust_tables_manager.TableManager.changelog_queue
     monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
+    monkeypatch.setattr(faust_tables_manager.TableManager, "changelog_queue", original_queue)
     assert not FAUST.covers("0.99.0")
     assert not faust_patches._patch_recovery("0.99.0")
     assert faust_recovery.Recovery._wait is original
+    assert faust_tables_manager.TableManager.changelog_queue is original_queue
     assert faust_patches._patch_recovery("0.15.3")
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
+    assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
+
+
+# --- the recovery's end found without ten idle seconds ---------------------------------
+
+
+def test_the_tables_changelog_queue_is_the_recovery_queue():
+    faust_patches.apply()
+    app = faust.App("patch-test-queue", broker="kafka://127.0.0.1:1", store="memory://")
+    queue = app.tables.changelog_queue
+    assert isinstance(queue, faust_patches.RecoveryQueue)
+    assert queue is app.tables.changelog_queue  # one queue, as Faust's property keeps
+    assert queue.maxsize == app.conf.stream_buffer_maxsize
+
+
+async def test_an_empty_changelog_queue_gives_up_after_the_idle_time_with_timeout_error():
+    app = faust.App("patch-test-idle", broker="kafka://127.0.0.1:1", store="memory://")
+    queue = faust_patches.RecoveryQueue(flow_control=app.flow_control)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # The TimeoutError the recovery loop's own ``wait_for(..., timeout=5.0)`` raises
+    # when idle: the loop counts it as an idle poll.
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(queue.get(), timeout=5.0)
+    assert loop.time() - started < 5.0
+    queue.put_nowait("event")
+    assert await queue.get() == "event"
+
+
+def test_the_recovery_loop_still_ends_a_transactional_recovery_after_two_idle_polls():
+    """What the short idle time relies on: the loop counts a TimeoutError of its
+    queue wait as an idle poll, and after two it runs ``detect_aborted_tx``."""
+    source = inspect.getsource(faust_recovery.Recovery._slurp_changelogs.fun)
+    assert "changelog_queue = self.tables.changelog_queue" in source
+    assert "except asyncio.TimeoutError:" in source
+    assert "timeout_count > 1" in source
+    assert "await detect_aborted_tx()" in source
 
 
 def test_the_installed_faust_is_patched():
     assert FAUST.covers(faust.__version__)
     faust_patches.apply()
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
+    assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
     assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
     assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
     assert faust_aiokafka.Producer.flush is faust_patches._flush
