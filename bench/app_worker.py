@@ -152,6 +152,7 @@ class AppWorker:
         every partition before its fold had read anything.
         """
         from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.errors import KafkaError
 
         ends = await self.group.state_ends()
         admin = AIOKafkaAdminClient(bootstrap_servers=self.group.bench.bootstrap)
@@ -159,7 +160,14 @@ class AppWorker:
 
         async def folded() -> float | None:
             if any(ends.values()):
-                offsets = await admin.list_consumer_group_offsets(self.group.app_id)
+                try:
+                    offsets = await admin.list_consumer_group_offsets(self.group.app_id)
+                except KafkaError as exc:
+                    # On a broker that has just started the group has no
+                    # coordinator yet (its offsets topic is being created).
+                    if not exc.retriable:
+                        raise
+                    return None
                 committed = {tp.partition: meta.offset for tp, meta in offsets.items()
                              if tp.topic == self.group.state_topic}
                 if any(committed.get(p, 0) < end for p, end in ends.items()):
