@@ -223,6 +223,9 @@ class RecoveryQueue(ThrowableQueue[Any]):
         return await asyncio.wait_for(super().get(), RECOVERY_IDLE)
 
 
+_original_changelog_queue = faust_tables_manager.TableManager.changelog_queue
+
+
 def _changelog_queue(self: Any) -> Any:
     """``TableManager.changelog_queue``, built as a `RecoveryQueue` (Faust's
     ``App.FlowControlQueue`` builds the same queue, of the base class)."""

@@ -6,7 +6,11 @@ thing differs: Faust's ``Recovery._seek_offsets`` checks the offsets it is
 about to seek *before* it hands them to the consumer thread, with the check
 aiokafka's ``AIOKafkaConsumer.seek`` makes there (an int, not negative; Faust
 maps -1 to 0 first). No offset that aiokafka accepts is refused, so the worker
-behaves as `app.main` does, except for timing.
+behaves as `app.main` does, except for timing. And its table recovery keeps
+Faust's own ten idle seconds at the end (`app.faust_patches`' patch 4 is
+undone), so a worker started meanwhile does rebalance the group during the
+recovery: with the patch a small recovery is over before a second worker has
+joined.
 
 Why: faust-streaming 0.15.3's recovery seeks the offsets of a rebalance that
 has been superseded (docs/upstream-faust.md). The ``ValueError`` aiokafka
@@ -23,8 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from faust.tables import recovery
+from faust.tables import manager, recovery
 
+from app import faust_patches
 from app.main import app, context, settings
 
 __all__ = ["app", "context", "settings"]
@@ -44,3 +49,5 @@ async def _checked_seek_offsets(self: Any, consumer: Any, tps: Any, offsets: Any
 
 
 recovery.Recovery._seek_offsets = _checked_seek_offsets
+
+manager.TableManager.changelog_queue = faust_patches._original_changelog_queue  # type: ignore[method-assign]
