@@ -121,8 +121,11 @@ class AppWorker:
         if group.probe_interval is not None:
             env["COORDINATION_READY_PROBE_INTERVAL"] = str(group.probe_interval)
         self.started = time.perf_counter()
+        # At the level the deploy files run workers at. At ``-l warn`` Faust's
+        # terminal spinner sets the root logger to DEBUG, and every debug call
+        # of Faust and aiokafka then builds a record (about a tenth of the fold).
         self.child = procs.Child(
-            [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "warn"],
+            [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
             name=f"faust-worker:{group.app_id}:{port}",
             log=group.folder / f"worker-{port}.log", json_lines=False, env=env,
             new_session=True)
