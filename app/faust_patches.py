@@ -117,7 +117,8 @@ from mode.utils.queues import ThrowableQueue
 
 from app.faust_internals import FAUST
 
-__all__ = ["REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue", "apply"]
+__all__ = ["FAUST_CHANGELOG_QUEUE", "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue",
+           "apply"]
 
 log = logging.getLogger("app.faust_patches")
 
@@ -223,7 +224,9 @@ class RecoveryQueue(ThrowableQueue[Any]):
         return await asyncio.wait_for(super().get(), RECOVERY_IDLE)
 
 
-_original_changelog_queue = faust_tables_manager.TableManager.changelog_queue
+FAUST_CHANGELOG_QUEUE = faust_tables_manager.TableManager.changelog_queue
+"""Faust's own ``TableManager.changelog_queue``, which patch 4 replaces (a test's
+workers put it back to keep Faust's ten-second recovery)."""
 
 
 def _changelog_queue(self: Any) -> Any:

@@ -50,4 +50,4 @@ async def _checked_seek_offsets(self: Any, consumer: Any, tps: Any, offsets: Any
 
 recovery.Recovery._seek_offsets = _checked_seek_offsets
 
-manager.TableManager.changelog_queue = faust_patches._original_changelog_queue  # type: ignore[method-assign]
+manager.TableManager.changelog_queue = faust_patches.FAUST_CHANGELOG_QUEUE  # type: ignore[method-assign]

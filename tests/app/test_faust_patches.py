@@ -99,7 +99,7 @@ async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery
 
 def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch):
     original = faust_patches._original_recovery_wait
-    original_queue = faust_patches._original_changelog_queue
+    original_queue = faust_patches.FAUST_CHANGELOG_QUEUE
     monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
     monkeypatch.setattr(faust_tables_manager.TableManager, "changelog_queue", original_queue)
     assert not FAUST.covers("0.99.0")
