@@ -11,6 +11,7 @@ distinct members and a StatefulSet pod keeps its id across restarts.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -234,10 +235,13 @@ class Settings:
         """Whether this worker's roles are fenced by terms (``COORDINATION_FENCING=term``)."""
         return self.fencing == "term"
 
-    @property
+    @functools.cached_property
     def leadership_options(self) -> LeadershipOptions:
         """The options every role's candidate on this worker runs with (before the
-        role's own declared outputs, `role_options`)."""
+        role's own declared outputs, `role_options`).
+
+        Built once per `Settings` (which is frozen): the fold reads them for
+        every record it folds and every value it writes."""
         return LeadershipOptions(self.partitions, self.lease_duration, self.renew_interval,
                                  self.challenge_stagger, check_placement(self.placement),
                                  check_fencing(self.fencing))
