@@ -210,16 +210,46 @@ async def worker_recovery(bench: Bench) -> None:
 async def _recovered(worker: AppWorker, session: Any,
                      reference: dict[str, dict[str, Any]]) -> float:
     """Seconds from the spawn to ``/ready`` 200 and ``/roles/`` equal to `reference`."""
+    seen = "no answer yet"
 
     async def recovered() -> float | None:
-        status, _ = await worker.get(session, "/ready")
+        nonlocal seen
+        status, body = await worker.get(session, "/ready")
         if status != 200:
+            seen = f"GET /ready {status}: {(body or {}).get('reasons')}"
             return None
         status, body = await worker.get(session, "/roles/")
-        if status == 200 and _rows(body) == reference:
+        rows = _rows(body) if status == 200 else None
+        if rows == reference:
             return time.perf_counter() - worker.started
+        seen = f"GET /roles/ {status}: {_difference(rows, reference)}"
         return None
-    return await worker.until(recovered, FOLD_TIMEOUT, "ready with every role recovered")
+    try:
+        return await worker.until(recovered, FOLD_TIMEOUT, "ready with every role recovered")
+    except TimeoutError as exc:
+        # `until` knows only that the check said no; a failed trial must say why.
+        raise TimeoutError(f"{exc}; the last answer: {seen}") from None
+
+
+def _difference(rows: dict[str, dict[str, Any]] | None,
+                reference: dict[str, dict[str, Any]]) -> str:
+    """How `rows` differs from `reference`: counts and the first differing role."""
+    if rows is None:
+        return "no rows"
+    missing = sorted(reference.keys() - rows.keys())
+    extra = sorted(rows.keys() - reference.keys())
+    differ = sorted(role for role in reference.keys() & rows.keys()
+                    if rows[role] != reference[role])
+    first = ""
+    if differ:
+        role = differ[0]
+        fields = {key for key in rows[role].keys() | reference[role].keys()
+                  if rows[role].get(key) != reference[role].get(key)}
+        first = (f"; {role!r} differs in " + ", ".join(
+            f"{key}: {rows[role].get(key)!r} (expected {reference[role].get(key)!r})"
+            for key in sorted(fields)))
+    return (f"{len(missing)} roles missing, {len(extra)} extra, {len(differ)} differ"
+            f"{first}")
 
 
 # --------------------------------------------------------------------------- event-latency
