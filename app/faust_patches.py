@@ -1,4 +1,4 @@
-"""Patches for seven faust-streaming 0.15.3 bugs, applied when the worker app is
+"""Patches for eight faust-streaming 0.15.3 bugs, applied when the worker app is
 built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -97,6 +97,28 @@ wait is only when it runs. So the changelog queue's ``get`` gives up after
 `RECOVERY_IDLE` seconds without an event, with the ``TimeoutError`` the
 loop's own 5 s ``wait_for`` would raise, and the end is found 0.5 s after
 the last record. Applied only to the versions it was checked on, with 3.
+
+5. A recovery that ends before the records it fetched are in the table.
+``detect_aborted_tx`` marks a partition recovered when the consumer's
+position has reached the highwater, and from then on the loop drops every
+event of that partition at or below the highwater as already seen. But the
+position moves when aiokafka hands a fetch's records to Faust's consumer
+thread, and the records reach the changelog queue only later: the thread
+decodes the whole fetch first (18 000 records of a 10 000-role changelog:
+about 0.6 s), then the main loop's fetcher puts them in the queue one by
+one. A position read in that window is past records the table never gets.
+With patch 4's short idle polls the first fetch of a restarted worker fell
+in it at about every second start, and the worker became ready with some
+partitions' roles missing (0 of 10 000 once), for good; with Faust's 10 s
+it takes a stall that long. The fix: the main loop's consumer notes each
+batch it takes from its thread as in flight until the fetcher asks for the
+next one (it has then put every record in the queues) and the changelog
+queue is empty; while records are in flight, a position is answered as the
+first offset among them for their partition, so the recovery's test waits
+for its next idle polls. Only the table recovery asks the main loop's
+consumer for positions, from the loop that empties the changelog queue,
+which is why the answer must not wait for the queue (that deadlocked).
+Applied with 3 and 4.
 """
 
 from __future__ import annotations
@@ -111,6 +133,7 @@ import faust
 from aiokafka.errors import IllegalOperation
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
+from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import ThrowableQueue
@@ -239,6 +262,66 @@ def _changelog_queue(self: Any) -> Any:
     return self._changelog_queue
 
 
+_original_wait_next_records = faust_consumer.Consumer._wait_next_records
+_original_position = faust_consumer.ThreadDelegateConsumer.position
+_IN_FLIGHT = "_krabka_in_flight"
+
+
+class InFlight:
+    """The changelog records the consumer has taken from aiokafka and the table
+    recovery may not have applied yet (patch 5)."""
+
+    def __init__(self) -> None:
+        self.held = False
+        """Whether the fetcher holds a batch it has not handed on to the queues."""
+        self.first: dict[Any, int] = {}
+        """Per partition, the first offset of the batches since nothing was in flight."""
+
+    @staticmethod
+    def of(consumer: Any) -> InFlight:
+        state: InFlight | None = consumer.__dict__.get(_IN_FLIGHT)
+        if state is None:
+            state = InFlight()
+            setattr(consumer, _IN_FLIGHT, state)
+        return state
+
+
+async def _wait_next_records(self: Any, timeout: float) -> Any:  # noqa: ASYNC109
+    """``Consumer._wait_next_records`` that notes each batch as in flight.
+
+    The fetcher asks for the next batch only after it has put every record of
+    the last one through the conductor into the channels' queues."""
+    in_flight = InFlight.of(self)
+    in_flight.held = False
+    records, active_partitions = await _original_wait_next_records(self, timeout)
+    if records:
+        # In the same step as the records' arrival, so a position the consumer
+        # thread answered after handing them over finds them noted.
+        in_flight.held = True
+        for tp, batch in records.items():
+            if batch:
+                in_flight.first.setdefault(tp, batch[0].offset)
+    return records, active_partitions
+
+
+async def _position(self: Any, tp: Any) -> int | None:
+    """``ThreadDelegateConsumer.position``, but never past a record not yet applied.
+
+    Only the table recovery asks (its ``detect_aborted_tx``), from the loop
+    that empties the changelog queue, so it must not wait for the queue: while
+    the fetcher holds a batch or the queue holds events, the answer for a
+    partition with records among them is the first such offset."""
+    position: int | None = await _original_position(self, tp)
+    in_flight = InFlight.of(self)
+    if in_flight.held or not self.app.tables.changelog_queue.empty():
+        first = in_flight.first.get(tp)
+        if first is not None and position is not None and position > first:
+            return first
+        return position
+    in_flight.first.clear()  # everything taken from aiokafka has been applied
+    return position
+
+
 def apply() -> None:
     """Patch Faust's aiokafka driver and, on a tested version, its table recovery (idempotent)."""
     thread = faust_aiokafka.AIOKafkaConsumerThread
@@ -257,10 +340,13 @@ def _patch_recovery(version: str) -> bool:
     if not FAUST.covers(version):
         log.warning("faust-streaming %s: the recovery patches are for %s only and are not "
                     "installed; check whether Recovery._restart_recovery still swallows "
-                    "RebalanceAgain and _slurp_changelogs still waits two 5 s polls "
-                    "(docs/upstream-faust.md)", version, FAUST.requirement)
+                    "RebalanceAgain, and _slurp_changelogs still waits two 5 s polls and "
+                    "ends a partition at the consumer's position (docs/upstream-faust.md)",
+                    version, FAUST.requirement)
         return False
     faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
     faust_tables_manager.TableManager.changelog_queue = property(  # type: ignore[method-assign,assignment]
         _changelog_queue)
+    faust_consumer.Consumer._wait_next_records = _wait_next_records  # type: ignore[method-assign]
+    faust_consumer.ThreadDelegateConsumer.position = _position  # type: ignore[method-assign]
     return True

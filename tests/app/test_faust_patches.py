@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import IllegalOperation
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
+from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 
@@ -102,13 +103,20 @@ def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch
     original_queue = faust_patches.FAUST_CHANGELOG_QUEUE
     monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
     monkeypatch.setattr(faust_tables_manager.TableManager, "changelog_queue", original_queue)
+    monkeypatch.setattr(faust_consumer.Consumer, "_wait_next_records",
+                        faust_patches._original_wait_next_records)
+    monkeypatch.setattr(faust_consumer.ThreadDelegateConsumer, "position",
+                        faust_patches._original_position)
     assert not FAUST.covers("0.99.0")
     assert not faust_patches._patch_recovery("0.99.0")
     assert faust_recovery.Recovery._wait is original
     assert faust_tables_manager.TableManager.changelog_queue is original_queue
+    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._original_position
     assert faust_patches._patch_recovery("0.15.3")
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
+    assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
+    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
 
 
 # --- the recovery's end found without ten idle seconds ---------------------------------
@@ -147,6 +155,86 @@ def test_the_recovery_loop_still_ends_a_transactional_recovery_after_two_idle_po
     assert "await detect_aborted_tx()" in source
 
 
+# --- a partition recovered only once the records before its position are applied -------
+
+
+class Record:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class Consumer:
+    """What the position patch uses of Faust's consumer: the app's changelog queue."""
+
+    def __init__(self) -> None:
+        app = faust.App("patch-test-position", broker="kafka://127.0.0.1:1",
+                        store="memory://")
+        self.app = app
+
+
+@pytest.fixture
+def consumer(monkeypatch):
+    """A consumer whose thread says every partition is at offset 100, and whose next
+    batch is what the test puts in `consumer.batch`."""
+    consumer = Consumer()
+    consumer.batch = {}
+
+    async def position(self, tp):
+        return 100
+
+    async def wait_next_records(self, timeout):  # noqa: ASYNC109 (Faust's signature)
+        batch, self.batch = self.batch, {}
+        return batch, set(batch)
+    monkeypatch.setattr(faust_patches, "_original_position", position)
+    monkeypatch.setattr(faust_patches, "_original_wait_next_records", wait_next_records)
+    return consumer
+
+
+async def test_a_position_is_not_past_the_first_record_of_a_batch_the_fetcher_still_holds(
+        consumer):
+    consumer.batch = {"tp-a": [Record(40), Record(41)]}
+    await faust_patches._wait_next_records(consumer, 1.0)
+    assert await faust_patches._position(consumer, "tp-a") == 40
+    assert await faust_patches._position(consumer, "tp-b") == 100  # not in the batch
+
+
+async def test_a_handed_on_batch_still_in_the_changelog_queue_holds_the_position_back(consumer):
+    consumer.batch = {"tp-a": [Record(40)]}
+    await faust_patches._wait_next_records(consumer, 1.0)
+    await faust_patches._wait_next_records(consumer, 1.0)  # the fetcher asks for the next
+    queue = consumer.app.tables.changelog_queue
+    queue.put_nowait("the batch's event, not yet taken by the recovery")
+    assert await faust_patches._position(consumer, "tp-a") == 40
+    queue.get_nowait()
+    assert await faust_patches._position(consumer, "tp-a") == 100
+
+
+async def test_once_nothing_is_in_flight_the_position_is_the_consumer_s_from_then_on(consumer):
+    consumer.batch = {"tp-a": [Record(40)]}
+    await faust_patches._wait_next_records(consumer, 1.0)
+    await faust_patches._wait_next_records(consumer, 1.0)
+    assert await faust_patches._position(consumer, "tp-a") == 100
+    consumer.batch = {"tp-b": [Record(7)]}  # a later batch holds back only its partitions
+    await faust_patches._wait_next_records(consumer, 1.0)
+    assert await faust_patches._position(consumer, "tp-a") == 100
+    assert await faust_patches._position(consumer, "tp-b") == 7
+
+
+def test_the_recovery_still_ends_a_partition_at_the_main_loop_consumer_s_position():
+    """What the position patch relies on: the recovery asks the app's consumer (the
+    main loop's, which the patch wraps), the fetcher asks it for each batch, and the
+    position goes through the consumer thread."""
+    slurp = inspect.getsource(faust_recovery.Recovery._slurp_changelogs.fun)
+    assert "await self.app.consumer.position(tp)" in slurp
+    assert "offsets[tp] = highwater" in slurp
+    getmany = inspect.getsource(faust_consumer.Consumer.getmany)
+    assert "await self._wait_next_records(timeout)" in getmany
+    assert _parameters(faust_patches._original_wait_next_records) == ["self", "timeout"]
+    position = inspect.getsource(faust_patches._original_position)
+    assert "self._thread.position(tp)" in position
+    assert issubclass(faust_aiokafka.Consumer, faust_consumer.ThreadDelegateConsumer)
+
+
 def test_the_installed_faust_is_patched():
     assert FAUST.covers(faust.__version__)
     faust_patches.apply()
@@ -156,6 +244,8 @@ def test_the_installed_faust_is_patched():
     assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
     assert faust_aiokafka.Producer.flush is faust_patches._flush
     assert ProducerBuffer._send_pending is faust_patches._send_pending
+    assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
+    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
