@@ -73,9 +73,11 @@ class Coordinator(Protocol):
         A standby first in line calls it while it waits, so that its
         challenge waits only for InitProducerId (on Kafka: the producer is
         connected, the role's coordinator found, `partition`'s leader
-        reached). It returns at once and never fails the caller: a
-        preparation that failed or is not ready is simply not used. No epoch
-        moves, so nobody is fenced.
+        reached). It returns at once. It raises only what any call of the
+        transport raises before it starts (a bad timeout, a closed
+        transport, a missing state topic); the preparation itself runs in
+        the background, and one that failed or is not ready is simply not
+        used. No epoch moves, so nobody is fenced.
         """
         ...
 
