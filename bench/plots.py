@@ -214,8 +214,9 @@ def _roles_scale_group(plt: Any, rows: list[dict[str, Any]]) -> Any:
     bars.set_ylabel("roles")
     bars.legend(fontsize=8)
     acquire = config.get("acquire_s")
-    bars.set_title(f"{config['roles']} roles, {len(members)} workers, balanced: all held in "
-                   f"{'-' if acquire is None else f'{acquire:.1f} s'}, "
+    held_in = ("not all held within the budget" if acquire is None
+               else f"all held in {acquire:.1f} s")
+    bars.set_title(f"{config['roles']} roles, {len(members)} workers, balanced: {held_in}, "
                    f"{config['roles_lost_while_holding']} lost while holding, "
                    f"{config.get('roles_unheld_at_end', 0)} unheld at the end", fontsize=9)
 
