@@ -277,6 +277,15 @@ class InFlight:
         self.first: dict[Any, int] = {}
         """Per partition, the first offset of the batches since nothing was in flight."""
 
+    def settled(self, consumer: Any) -> bool:
+        """Whether every record taken so far is applied: no batch held, none queued.
+
+        The recovery updates its offsets as it takes each event off the queue."""
+        settled = not self.held and consumer.app.tables.changelog_queue.empty()
+        if settled:
+            self.first.clear()
+        return settled
+
     @staticmethod
     def of(consumer: Any) -> InFlight:
         state: InFlight | None = consumer.__dict__.get(_IN_FLIGHT)
@@ -293,6 +302,7 @@ async def _wait_next_records(self: Any, timeout: float) -> Any:  # noqa: ASYNC10
     the last one through the conductor into the channels' queues."""
     in_flight = InFlight.of(self)
     in_flight.held = False
+    in_flight.settled(self)
     records, active_partitions = await _original_wait_next_records(self, timeout)
     if records:
         # In the same step as the records' arrival, so a position the consumer
@@ -313,12 +323,11 @@ async def _position(self: Any, tp: Any) -> int | None:
     partition with records among them is the first such offset."""
     position: int | None = await _original_position(self, tp)
     in_flight = InFlight.of(self)
-    if in_flight.held or not self.app.tables.changelog_queue.empty():
-        first = in_flight.first.get(tp)
-        if first is not None and position is not None and position > first:
-            return first
+    if in_flight.settled(self):
         return position
-    in_flight.first.clear()  # everything taken from aiokafka has been applied
+    first = in_flight.first.get(tp)
+    if first is not None and position is not None and position > first:
+        return first
     return position
 
 

@@ -201,9 +201,9 @@ async def test_a_position_is_not_past_the_first_record_of_a_batch_the_fetcher_st
 async def test_a_handed_on_batch_still_in_the_changelog_queue_holds_the_position_back(consumer):
     consumer.batch = {"tp-a": [Record(40)]}
     await faust_patches._wait_next_records(consumer, 1.0)
-    await faust_patches._wait_next_records(consumer, 1.0)  # the fetcher asks for the next
     queue = consumer.app.tables.changelog_queue
     queue.put_nowait("the batch's event, not yet taken by the recovery")
+    await faust_patches._wait_next_records(consumer, 1.0)  # the fetcher asks for the next
     assert await faust_patches._position(consumer, "tp-a") == 40
     queue.get_nowait()
     assert await faust_patches._position(consumer, "tp-a") == 100
