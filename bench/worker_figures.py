@@ -39,7 +39,12 @@ from bench.stats import Result
 
 PARTITIONS = fold.PARTITIONS
 FOLD_TIMEOUT = 1800.0
-"""Seconds a worker may take to fold or recover before the trial fails."""
+"""Seconds a worker may take to fold its state topic before the trial fails."""
+READY_TIMEOUT = 600.0
+"""Seconds a worker may take from its spawn to ready with its roles listed. A
+10 000-role recovery takes about 13 s; a trial that never got there (a worker
+ready with roles missing, which no wait mends) cost the full run 30 minutes
+at the fold's bound."""
 
 
 def _session() -> Any:
@@ -225,7 +230,7 @@ async def _recovered(worker: AppWorker, session: Any,
         seen = f"GET /roles/ {status}: {_difference(rows, reference)}"
         return None
     try:
-        return await worker.until(recovered, FOLD_TIMEOUT, "ready with every role recovered")
+        return await worker.until(recovered, READY_TIMEOUT, "ready with every role recovered")
     except TimeoutError as exc:
         # `until` knows only that the check said no; a failed trial must say why.
         raise TimeoutError(f"{exc}; the last answer: {seen}") from None
