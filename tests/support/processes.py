@@ -91,13 +91,25 @@ class Service:
         os.kill(self.pid, signum)
 
     def stop(self, timeout: float = 15) -> int:
-        """Stop the process by PID: SIGTERM, then SIGKILL; its exit code."""
+        """Stop the process by PID: SIGTERM, then SIGKILL; its exit code, once
+        every event it printed is in `events`."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGCONT)
                 os.kill(self.pid, signal.SIGTERM)
             try:
-                return self.process.wait(timeout)
+                self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        return self.process.wait(timeout)
+        code = self.process.wait(timeout)
+        self._read_to_the_end(timeout)
+        return code
+
+    def _read_to_the_end(self, timeout: float) -> None:
+        """Wait for the reader to reach the end of the exited process's output: the
+        exit can be seen while its last lines are still in the pipe. Bounded: a
+        child the process left behind can hold the pipe open."""
+        deadline = time.monotonic() + timeout
+        with self._printed:
+            while not self._closed and (remaining := deadline - time.monotonic()) > 0:
+                self._printed.wait(remaining)
