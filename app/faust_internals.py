@@ -46,7 +46,7 @@ INTERNALS: tuple[str, ...] = (
     # The recovery's end found after 0.5 s idle, not 10 s (patch 4).
     "faust.tables.manager:TableManager._changelog_queue",
     "faust.tables.recovery:Recovery._slurp_changelogs.fun",
-    # A position answered once the fetcher has handed on its batch (patch 5).
+    # A position never past a record still on its way to the table (patch 5).
     "faust.transport.consumer:Consumer._wait_next_records",
     "faust.transport.consumer:ThreadDelegateConsumer.position",
     # The fold's committed offsets, for its lag in GET /ready (app.health).

@@ -241,8 +241,8 @@ def _difference(rows: dict[str, dict[str, Any]] | None,
     """How `rows` differs from `reference`: counts and the first differing role."""
     if rows is None:
         return "no rows"
-    missing = sorted(reference.keys() - rows.keys())
-    extra = sorted(rows.keys() - reference.keys())
+    missing = reference.keys() - rows.keys()
+    extra = rows.keys() - reference.keys()
     differ = sorted(role for role in reference.keys() & rows.keys()
                     if rows[role] != reference[role])
     first = ""
