@@ -20,11 +20,12 @@ roles still held).
 
 In a group (``--group``): a member does not know when the group holds every
 role, so the orchestrator drives the phases with SIGUSR1: after
-``baseline`` the first signal starts a candidate for every role at once (as
-the worker application starts a runner per role; a standby's
-`acquire_leadership` never returns, so a gate of N at a time would fill with
-standbys), or ``--start-rate`` a second, and ``progress`` reports this member's live tenures every
-``--progress-every`` seconds (the indices of the roles it holds); the second
+``baseline`` the first signal starts a `LeaderRunner` for every role at once
+(as the worker application runs one per hosted role, with its back-off
+after a failed campaign or a short tenure; a standby never leads, so a gate
+of N at a time would fill with standbys), or ``--start-rate`` a second, and
+``progress`` reports this member's live tenures every ``--progress-every``
+seconds (the indices of the roles it holds); the second
 signal opens the hold window (``holding``); the third closes it with
 ``renewals``: the samples of the window, each role held at its end with the
 instant its tenure began and the tenure (the offset of its first lease:
@@ -44,7 +45,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from coordination import Leadership, Lease, acquire_leadership
+from coordination import (
+    LeaderRunner,
+    Leadership,
+    LeadershipOptions,
+    Lease,
+    RunnerObserver,
+    TenureStop,
+    acquire_leadership,
+)
 from coordination.defaults import PARTITIONS
 from coordination.evaluate import PLACEMENTS
 from coordination.kafka import KafkaTransport
@@ -128,10 +137,60 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
 
 async def take_role(args: argparse.Namespace, transport: KafkaTransport, i: int) -> Leadership:
     """Campaign for role `i` with the run's options, until this member leads it."""
-    return await acquire_leadership(
-        transport, f"{args.prefix}.{i:05d}", args.member, partitions=args.partitions,
-        lease_duration=args.lease, renew_interval=args.renew,
-        challenge_stagger=args.stagger, placement=args.placement)
+    return await acquire_leadership(transport, role_name(args, i), args.member,
+                                    options=options_of(args))
+
+
+def role_name(args: argparse.Namespace, i: int) -> str:
+    return f"{args.prefix}.{i:05d}"
+
+
+def options_of(args: argparse.Namespace) -> LeadershipOptions:
+    return LeadershipOptions(partitions=args.partitions, lease_duration=args.lease,
+                             renew_interval=args.renew, challenge_stagger=args.stagger,
+                             placement=args.placement)
+
+
+async def hold(_leadership: Leadership) -> None:
+    """The role's function: nothing to do but hold the role until the runner stops it."""
+    await asyncio.Event().wait()
+
+
+class GroupMember(RunnerObserver):
+    """What the runners of one member report: live and ended tenures, failed
+    campaigns, and each tenure's renewals timed by `Renewals`."""
+
+    def __init__(self, renewals: Renewals) -> None:
+        self.renewals = renewals
+        self.live: dict[str, tuple[float, int]] = {}  # role -> (wall-clock ms it began, tenure)
+        self.ended: list[list[Any]] = []  # [index, began ms, ended ms, error] of each tenure
+        self.failures: list[str] = []
+        self._timers: dict[str, Callable[[Lease, float], None]] = {}
+
+    def elected(self, role: str, leadership: Leadership) -> None:
+        self.live[role] = (time.time() * 1000, leadership.tenure)
+        self._timers[role] = self.renewals.timer(leadership)
+
+    def renewed(self, role: str, leadership: Leadership, latency: float) -> None:
+        lease = getattr(leadership, "lease", None)  # the renewal just committed
+        if lease is not None:
+            self._timers[role](lease, latency)
+
+    def campaign_failed(self, role: str, error: BaseException) -> None:
+        self.failures.append(repr(error)[:300])
+
+    def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
+        began, _tenure = self.live.pop(role)
+        del self._timers[role]
+        self.ended.append([index_of(role), began, time.time() * 1000,
+                           repr(leadership.err)[:200]])
+
+    def held(self) -> list[int]:
+        return sorted(index_of(role) for role in self.live)
+
+
+def index_of(role: str) -> int:
+    return int(role.rsplit(".", 1)[1])
 
 
 async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
@@ -140,32 +199,22 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, phases.put_nowait, None)
     emit("ready")
     await phases.get()
-    live: dict[int, tuple[float, int]] = {}  # role index -> (wall-clock ms it began, tenure)
-    ended: list[list[Any]] = []  # [index, began ms, ended ms, error] of each tenure that ended
-    failures: list[str] = []
+    member = GroupMember(renewals)
+    options = options_of(args)
     started = time.monotonic()
 
     async def stand(i: int) -> None:
-        """Campaign for role `i` for as long as this member runs, as a runner does."""
+        """Run role `i`'s runner, as the worker application runs one per hosted role."""
         if args.start_rate > 0:
             # A schedule shared by the members (released together): role i at i / rate.
             await asyncio.sleep(i / args.start_rate)
-        while True:
-            try:
-                leadership = await take_role(args, transport, i)
-            except Exception as exc:
-                # A runner retries a failed campaign after its back-off (1 s at first).
-                failures.append(repr(exc)[:300])
-                await asyncio.sleep(1.0)
-                continue
-            leadership.on_renewed = renewals.timer(leadership)
-            live[i] = (time.time() * 1000, leadership.tenure)
-            await leadership.done
-            ended.append([i, live.pop(i)[0], time.time() * 1000, repr(leadership.err)[:200]])
+        await LeaderRunner(transport, role_name(args, i), args.member, hold, options=options,
+                           observer=member).run()
 
     def progress() -> None:
-        emit("progress", held=len(live), held_ids=sorted(live), ended=len(ended),
-             failed=len(failures), seconds=time.monotonic() - started)
+        emit("progress", held=len(member.live), held_ids=member.held(),
+             ended=len(member.ended), failed=len(member.failures),
+             seconds=time.monotonic() - started)
 
     emit("started")
     candidates = [asyncio.create_task(stand(i)) for i in range(args.roles)]
@@ -173,12 +222,13 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
     try:
         await phases.get()
         renewals.holding = True
-        emit("holding", held=len(live))
+        emit("holding", held=len(member.live))
         await phases.get()
         renewals.holding = False
         emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
-             held=[[i, *live[i]] for i in sorted(live)], ended=ended, failed=len(failures),
-             failures=failures[:5])
+             held=[[index_of(role), *member.live[role]] for role in
+                   sorted(member.live, key=index_of)],
+             ended=member.ended, failed=len(member.failures), failures=member.failures[:5])
     finally:
         ticker.cancel()
         for task in candidates:
