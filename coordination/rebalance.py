@@ -15,8 +15,17 @@ already has, a clean handover (docs/design.md#rebalancing):
   placement puts first among the others (`ordered_challengers` without the
   holder), which is who claims it at once after the resignation. So the
   handover is a resignation; no rule of the election changes. It is done only
-  when the successor is live, registered for the role, and holds fewer roles
-  than its fair share, so moves never overshoot and never oscillate.
+  when the successor is live, has been registered for the role for at least
+  one `Rebalancer.interval` (the **settle** rule, below), and holds fewer
+  roles than its fair share, so moves never overshoot and never oscillate.
+- A member that has just registered is still standing up: a worker that
+  joins registers for all its roles at once and reads each of them, so for
+  the first seconds its claim of a handed role waits behind hundreds of
+  others. Handed a role then, it leaves it vacant for longer than a stagger
+  and the next in order challenges too, superseding it (seen on the real
+  broker, four members of 300 roles in one process, docs/decisions.md). A
+  registration must therefore be one interval old, by its record
+  timestamp, before its member is handed a role.
 - The runner's clean stop does the rest: the function stops first, then the
   role is resigned (the registration kept), and the successor takes it within
   its election round trip; a successor that died meanwhile leaves the role to
@@ -95,12 +104,14 @@ def _holder(state: RoleState, now_ms: int) -> str | None:
 
 
 def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
-         now_ms: int) -> Plan:
+         now_ms: int, *, settle_ms: int = 0) -> Plan:
     """What `member` should hand over now to even out the balanced roles in `states`.
 
     `live` names the members known to be running (`member` counts as live
-    whatever it says). Roles are considered in name order, so two members
-    planning from one state agree on what each would move.
+    whatever it says). A successor whose registration for the role is
+    younger than `settle_ms` (by its record timestamp) is not handed it yet.
+    Roles are considered in name order, so two members planning from one
+    state agree on what each would move.
     """
     members = tuple(sorted(set(live) | {member}))
     holders = {role: _holder(state, now_ms) for role, state in states.items()}
@@ -115,13 +126,17 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
             break
         if holders[role] != member:
             continue
-        roster = [name for name in states[role].roster if name in members]
-        order = ordered_challengers(roster, member, role=role, placement="balanced")
+        entries = [entry for entry in states[role].entries if entry.member in members]
+        order = ordered_challengers([entry.member for entry in entries], member, role=role,
+                                    placement="balanced")
         if not order:
             continue
         taker = order[0]
         if counts[taker] + taking[taker] >= fair:
             continue
+        if any(entry.member == taker and now_ms - entry.timestamp < settle_ms
+               for entry in entries):
+            continue  # still standing up: hand it over once it has settled
         taking[taker] += 1
         moves.append(Move(role, member, taker, (
             f"{member} holds {counts[member]} of {len(states)} roles, over the fair share of "
@@ -139,8 +154,11 @@ class Rebalancer:
     from the first planned role whose runner leads (keeping the registration,
     so the member stays a candidate). One handover per interval bounds the
     rate; choose an interval longer than the challenge stagger so each
-    handover has settled before the next plan counts it. `moves` keeps the
-    latest handovers made, newest last.
+    handover has settled before the next plan counts it. A successor is
+    handed a role only once its registration for it is one interval old
+    (`plan`'s `settle_ms`), so a member that joined with many roles has
+    had time to stand for them. `moves` keeps the latest handovers made,
+    newest last.
     """
 
     member: str
@@ -155,7 +173,8 @@ class Rebalancer:
     def step(self) -> Move | None:
         """Plan once and hand over the first planned role this member leads."""
         now = self.clock.now_ms()
-        decided = plan(self.states(), self.member, self.live(), now)
+        decided = plan(self.states(), self.member, self.live(), now,
+                       settle_ms=round(self.interval * 1000))
         self.last_plan = decided
         for move in decided.moves:
             runner = self.runners.get(move.role)

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from coordination import Kind, decode_key
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
 from tests.support.browser import Browser, chromium
+from tests.support.rebalancing import vacancies_ms
 
 pytestmark = pytest.mark.integration
 
@@ -76,16 +76,7 @@ def _split(workers: list[AppWorker]) -> dict[str, set[str]] | None:
 def _vacancies_ms(group: AppGroup) -> list[int]:
     """Per role, the time from each lease tombstone to the role's next lease
     record, by the records' timestamps (committed records only)."""
-    cleared: dict[str, int] = {}
-    gaps = []
-    for record in group.read(group.state_topic):
-        key = decode_key(record.key)
-        if key.kind is not Kind.LEASE:
-            continue
-        if record.value is None:
-            cleared.setdefault(key.role, record.timestamp)
-        elif key.role in cleared:
-            gaps.append(record.timestamp - cleared.pop(key.role))
+    gaps, cleared = vacancies_ms(group.read(group.state_topic))
     assert not cleared, f"roles left vacant at the end: {sorted(cleared)}"
     return gaps
 

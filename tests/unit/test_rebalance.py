@@ -6,22 +6,15 @@ live holder and without leaving a role vacant for longer than one stagger.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from coordination import (
-    LeaderRunner,
     LeadershipOptions,
     Lease,
     RoleState,
     RosterEntry,
-    decode_key,
-    decode_lease,
-    watch_roles,
 )
 from coordination.evaluate import ordered_challengers
-from coordination.rebalance import Rebalancer, plan
-from coordination.records import Kind
+from coordination.rebalance import plan
+from tests.support.rebalancing import Group, vacancies_ms
 from tests.support.sim import STAGGER, Cluster
 
 ROLES = [f"role-{i:03d}" for i in range(300)]
@@ -29,8 +22,12 @@ MEMBERS = ["worker-1", "worker-2", "worker-3"]
 NOW = 1_000_000
 
 
-def state(role: str, holder: str | None, roster: list[str]) -> RoleState:
-    entries = [RosterEntry(name, offset, 0, 0) for offset, name in enumerate(roster)]
+def state(role: str, holder: str | None, roster: list[str],
+          registered: dict[str, int] | None = None) -> RoleState:
+    """`role`'s state: `roster` registered at time 0, or at `registered[member]`."""
+    at = registered or {}
+    entries = [RosterEntry(name, offset, at.get(name, 0), at.get(name, 0))
+               for offset, name in enumerate(roster)]
     lease = None if holder is None else Lease(holder, 1, 0, NOW - 1, NOW + 30_000)
     return RoleState(role, entries=entries, lease=lease)
 
@@ -67,6 +64,15 @@ def test_a_successor_that_is_not_live_or_not_registered_gets_nothing():
     assert plan(states, "a", {"a", "b"}, NOW).moves == ()  # b is live but not registered
 
 
+def test_a_successor_registered_less_than_the_settle_time_ago_gets_nothing_until_then():
+    roster = ["a", "b"]
+    states = {f"r{i}": state(f"r{i}", "a", roster, registered={"b": NOW - 400})
+              for i in range(4)}
+    assert plan(states, "a", {"a", "b"}, NOW, settle_ms=1000).moves == ()
+    settled = plan(states, "a", {"a", "b"}, NOW + 600, settle_ms=1000)
+    assert [move.taker for move in settled.moves] == ["b", "b"]
+
+
 def test_a_lapsed_lease_is_not_counted_as_held():
     roster = ["a", "b"]
     states = {"r": state("r", "a", roster)}
@@ -83,109 +89,38 @@ def test_the_plan_says_why_in_words_and_in_json():
     assert [m["to"] for m in shown["moves"]] == ["b", "b"]
 
 
-class Group:
-    """Members each running one LeaderRunner per role, and a Rebalancer each."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.states: dict[str, RoleState] = {}
-        self.members: list[str] = []
-        self.runners: dict[str, dict[str, LeaderRunner]] = {}
-        self.rebalancers: dict[str, Rebalancer] = {}
-        self.tasks: list[asyncio.Task[None]] = []
-        # A long lease keeps 1 200 runners' renewals few; handovers do not wait for it.
-        self.options = LeadershipOptions(partitions=cluster.partitions, lease_duration=30,
-                                         renew_interval=10, challenge_stagger=STAGGER,
-                                         placement="balanced")
-
-    async def watch(self) -> None:
-        async with watch_roles(self.cluster.transport(), self.cluster.partitions,
-                               since="beginning") as watch:
-            async for change in watch:
-                self.states[change.role] = change.state
-
-    def join(self, member: str) -> None:
-        transport = self.cluster.transport()
-        self.members.append(member)
-        runners = {role: LeaderRunner(transport, role, member, self.work,
-                                      options=self.options, clock=self.cluster.clock)
-                   for role in ROLES}
-        self.runners[member] = runners
-        for runner in runners.values():
-            runner.start()
-        rebalancer = Rebalancer(member, runners, lambda: self.states,
-                                lambda: self.members, self.cluster.clock,
-                                interval=STAGGER * 2)
-        self.rebalancers[member] = rebalancer
-        self.tasks.append(asyncio.create_task(rebalancer.run()))
-
-    @staticmethod
-    async def work(leadership) -> None:
-        await leadership.done
-
-    def split(self) -> dict[str, int]:
-        counts = dict.fromkeys(self.members, 0)
-        for runners in self.runners.values():
-            for runner in runners.values():
-                if runner.leading:
-                    counts[runner.member] += 1
-        return counts
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        runners = [r for runners in self.runners.values() for r in runners.values()]
-        await self.cluster.stop_runners(*runners, within=60)
-
-
-def longest_vacancy_ms(cluster: Cluster) -> int:
-    """The longest time, by record timestamps, between a lease tombstone and the
-    role's next lease record, over every role."""
-    longest = 0
-    for partition in range(cluster.partitions):
-        cleared: dict[str, int] = {}
-        for record in cluster.broker.partition("__coordination_state", partition) \
-                .read_committed(0).records:
-            key = decode_key(record.key)
-            if key.kind is not Kind.LEASE:
-                continue
-            if record.value is None:
-                cleared.setdefault(key.role, record.timestamp)
-            elif key.role in cleared:
-                decode_lease(record.value)
-                longest = max(longest, record.timestamp - cleared.pop(key.role))
-    return longest
-
-
-def within_ten_percent(split: dict[str, int]) -> bool:
-    even = len(ROLES) / len(split)
-    return all(abs(count - even) <= even / 10 for count in split.values())
+def state_records(cluster: Cluster) -> list:
+    """Every committed record of the state topic, partition by partition."""
+    return [record for partition in range(cluster.partitions)
+            for record in cluster.broker.partition("__coordination_state", partition)
+            .read_committed(0).records]
 
 
 async def test_a_group_evens_out_and_a_joining_member_gets_its_share_by_handovers():
     cluster = Cluster(partitions=16)
-    group = Group(cluster)
-    watching = asyncio.create_task(group.watch())
+    # A long lease keeps 1 200 runners' renewals few; handovers do not wait for it.
+    options = LeadershipOptions(partitions=cluster.partitions, lease_duration=30,
+                                renew_interval=10, challenge_stagger=STAGGER,
+                                placement="balanced")
+    group = Group(ROLES, options, cluster.clock, interval=STAGGER * 2)
+    group.watch(cluster.transport())
     try:
         for member in MEMBERS:
-            group.join(member)
+            group.join(member, cluster.transport())
         await cluster.until(lambda: sum(group.split().values()) == len(ROLES), within=5,
                             step_ms=50)
-        await cluster.until(lambda: within_ten_percent(group.split()), within=60, step_ms=50)
-        group.join("worker-4")
-        await cluster.until(lambda: within_ten_percent(group.split()), within=120, step_ms=50)
+        await cluster.until(group.within_ten_percent, within=60, step_ms=50)
+        group.join("worker-4", cluster.transport())
+        await cluster.until(group.within_ten_percent, within=120, step_ms=50)
         # And it stays so while the plans go on.
         await cluster.advance(10, step_ms=50)
-        assert sum(group.split().values()) == len(ROLES)
-        assert within_ten_percent(group.split())
+        assert group.within_ten_percent()
         moves = [m for r in group.rebalancers.values() for m in r.moves]
         assert any(move.taker == "worker-4" for move in moves)
         assert group.rebalancers["worker-1"].last_plan is not None
-        assert longest_vacancy_ms(cluster) <= STAGGER * 1000
+        gaps, vacant = vacancies_ms(state_records(cluster))
+        assert max(gaps) <= STAGGER * 1000
+        assert not vacant
     finally:
-        await group.stop()
-        watching.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watching
+        await group.stop_rebalancing()
+        await cluster.stop_runners(*group.every_runner(), within=60)

@@ -1,0 +1,120 @@
+"""A group of members rebalancing balanced roles, for the tests that run one on
+the in-process model and on the real broker: each member runs a `LeaderRunner`
+per role and a `Rebalancer`, every member is live from the moment it joins,
+and a read-only watcher keeps the roles' states the rebalancers plan from.
+And how long each role stood vacant, read off the state topic's records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from coordination import LeaderRunner, LeadershipOptions, RoleState, Transport, decode_key
+from coordination.clock import Clock
+from coordination.rebalance import Rebalancer
+from coordination.records import Kind
+from coordination.watch import watch_roles
+
+
+class Record(Protocol):
+    """A state-topic record as both the in-process broker and aiokafka give it."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
+class Group:
+    """Members each running one LeaderRunner per role of `roles`, and a Rebalancer each."""
+
+    def __init__(self, roles: Sequence[str], options: LeadershipOptions, clock: Clock,
+                 interval: float) -> None:
+        self.roles = list(roles)
+        self.options = options
+        self.clock = clock
+        self.interval = interval
+        self.states: dict[str, RoleState] = {}
+        self.members: list[str] = []
+        self.runners: dict[str, dict[str, LeaderRunner]] = {}
+        self.rebalancers: dict[str, Rebalancer] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def watch(self, transport: Transport) -> None:
+        """Keep `states` current from the state topic's beginning (registers nothing)."""
+        async def follow() -> None:
+            async with watch_roles(transport, self.options.partitions,
+                                   since="beginning") as watch:
+                async for change in watch:
+                    self.states[change.role] = change.state
+        self._tasks.append(asyncio.create_task(follow()))
+
+    def join(self, member: str, transport: Transport) -> None:
+        """`member` starts a runner for every role, and its rebalancer."""
+        self.members.append(member)
+        runners = {role: LeaderRunner(transport, role, member, self.work,
+                                      options=self.options, clock=self.clock)
+                   for role in self.roles}
+        self.runners[member] = runners
+        for runner in runners.values():
+            runner.start()
+        rebalancer = Rebalancer(member, runners, lambda: self.states, lambda: self.members,
+                                self.clock, interval=self.interval)
+        self.rebalancers[member] = rebalancer
+        self._tasks.append(asyncio.create_task(rebalancer.run()))
+
+    @staticmethod
+    async def work(leadership: Any) -> None:
+        await leadership.done
+
+    def split(self) -> dict[str, int]:
+        """How many roles each member leads now."""
+        counts = dict.fromkeys(self.members, 0)
+        for runners in self.runners.values():
+            for runner in runners.values():
+                if runner.leading:
+                    counts[runner.member] += 1
+        return counts
+
+    def within_ten_percent(self) -> bool:
+        """Whether every role is led and each member leads within ±10 % of an even split."""
+        split = self.split()
+        even = len(self.roles) / len(split)
+        return (sum(split.values()) == len(self.roles)
+                and all(abs(count - even) <= even / 10 for count in split.values()))
+
+    def every_runner(self) -> list[LeaderRunner]:
+        return [runner for runners in self.runners.values() for runner in runners.values()]
+
+    async def stop_rebalancing(self) -> None:
+        """Stop the rebalancers and the watcher (the runners are the caller's to stop)."""
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def vacancies_ms(records: Iterable[Record]) -> tuple[list[int], set[str]]:
+    """Per role, the time from each lease tombstone to the role's next lease record,
+    by the records' timestamps; and the roles vacant at the end.
+
+    `records` are the committed records of the state topic, each partition in
+    offset order (a role lives in one partition).
+    """
+    cleared: dict[str, int] = {}
+    gaps = []
+    for record in records:
+        key = decode_key(record.key)
+        if key.kind is not Kind.LEASE:
+            continue
+        if record.value is None:
+            cleared.setdefault(key.role, record.timestamp)
+        elif key.role in cleared:
+            gaps.append(record.timestamp - cleared.pop(key.role))
+    return gaps, set(cleared)
