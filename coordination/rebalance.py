@@ -16,15 +16,15 @@ already has, a clean handover (docs/design.md#rebalancing):
   holder), which is who claims it at once after the resignation. So the
   handover is a resignation; no rule of the election changes. It is done only
   when the successor is live, has been registered for the role for at least
-  one `Rebalancer.interval` (the **settle** rule, below), and holds fewer
-  roles than its fair share, so moves never overshoot and never oscillate.
+  `Rebalancer.settle` (the **settle** rule, below), and holds fewer roles
+  than its fair share, so moves never overshoot and never oscillate.
 - A member that has just registered is still standing up: a worker that
   joins registers for all its roles at once and reads each of them, so for
   the first seconds its claim of a handed role waits behind hundreds of
   others. Handed a role then, it leaves it vacant for longer than a stagger
   and the next in order challenges too, superseding it (seen on the real
   broker, four members of 300 roles in one process, docs/decisions.md). A
-  registration must therefore be one interval old, by its record
+  registration must therefore have stood for the settle time, by its record
   timestamp, before its member is handed a role.
 - The runner's clean stop does the rest: the function stops first, then the
   role is resigned (the registration kept), and the successor takes it within
@@ -155,10 +155,11 @@ class Rebalancer:
     so the member stays a candidate). One handover per interval bounds the
     rate; choose an interval longer than the challenge stagger so each
     handover has settled before the next plan counts it. A successor is
-    handed a role only once its registration for it is one interval old
-    (`plan`'s `settle_ms`), so a member that joined with many roles has
-    had time to stand for them. `moves` keeps the latest handovers made,
-    newest last.
+    handed a role only once its registration for it is `settle` seconds old
+    (`plan`'s `settle_ms`; one interval unless given): a member that joined
+    with many roles needs that long to stand for all of them, a few seconds
+    for 300 roles on a 2-core machine. `moves` keeps the latest handovers
+    made, newest last.
     """
 
     member: str
@@ -167,6 +168,7 @@ class Rebalancer:
     live: Callable[[], Collection[str]]
     clock: Clock
     interval: float = 10.0
+    settle: float | None = None
     last_plan: Plan | None = None
     moves: list[Move] = field(default_factory=list)
 
@@ -174,7 +176,8 @@ class Rebalancer:
         """Plan once and hand over the first planned role this member leads."""
         now = self.clock.now_ms()
         decided = plan(self.states(), self.member, self.live(), now,
-                       settle_ms=round(self.interval * 1000))
+                       settle_ms=round((self.interval if self.settle is None
+                                        else self.settle) * 1000))
         self.last_plan = decided
         for move in decided.moves:
             runner = self.runners.get(move.role)

@@ -22,7 +22,7 @@ import pytest
 
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
 from tests.support.browser import Browser, chromium
-from tests.support.rebalancing import vacancies_ms
+from tests.support.rebalancing import vacancies
 
 pytestmark = pytest.mark.integration
 
@@ -76,9 +76,9 @@ def _split(workers: list[AppWorker]) -> dict[str, set[str]] | None:
 def _vacancies_ms(group: AppGroup) -> list[int]:
     """Per role, the time from each lease tombstone to the role's next lease
     record, by the records' timestamps (committed records only)."""
-    gaps, cleared = vacancies_ms(group.read(group.state_topic))
+    found, cleared = vacancies(group.read(group.state_topic))
     assert not cleared, f"roles left vacant at the end: {sorted(cleared)}"
-    return gaps
+    return [vacancy.ms for vacancy in found]
 
 
 @pytest.fixture

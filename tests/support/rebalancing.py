@@ -9,9 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from coordination import LeaderRunner, LeadershipOptions, RoleState, Transport, decode_key
+from coordination import (
+    LeaderRunner,
+    LeadershipOptions,
+    RoleState,
+    Transport,
+    decode_key,
+    decode_lease,
+)
 from coordination.clock import Clock
 from coordination.rebalance import Rebalancer
 from coordination.records import Kind
@@ -100,15 +108,27 @@ class Group:
                 await task
 
 
-def vacancies_ms(records: Iterable[Record]) -> tuple[list[int], set[str]]:
-    """Per role, the time from each lease tombstone to the role's next lease record,
-    by the records' timestamps; and the roles vacant at the end.
+@dataclass(frozen=True)
+class Vacancy:
+    """`role` stood vacant from its lease tombstone at `since` (ms) for `ms`, until
+    `taker`'s lease record."""
+
+    role: str
+    since: int
+    ms: int
+    taker: str
+
+
+def vacancies(records: Iterable[Record]) -> tuple[list[Vacancy], dict[str, int]]:
+    """Per role, each time from a lease tombstone to the role's next lease record,
+    by the records' timestamps; and the roles vacant at the end, with the
+    timestamp of the tombstone that cleared them.
 
     `records` are the committed records of the state topic, each partition in
     offset order (a role lives in one partition).
     """
     cleared: dict[str, int] = {}
-    gaps = []
+    found = []
     for record in records:
         key = decode_key(record.key)
         if key.kind is not Kind.LEASE:
@@ -116,5 +136,7 @@ def vacancies_ms(records: Iterable[Record]) -> tuple[list[int], set[str]]:
         if record.value is None:
             cleared.setdefault(key.role, record.timestamp)
         elif key.role in cleared:
-            gaps.append(record.timestamp - cleared.pop(key.role))
-    return gaps, set(cleared)
+            since = cleared.pop(key.role)
+            found.append(Vacancy(key.role, since, record.timestamp - since,
+                                 decode_lease(record.value).member))
+    return found, cleared

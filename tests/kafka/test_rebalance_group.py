@@ -1,0 +1,152 @@
+"""Balanced placement and rebalancing at size, on the real broker, with each
+member a process of its own (`tests.kafka.rebalance_member`: a `LeaderRunner`
+per role and a `Rebalancer`, as a worker runs them): three members of a
+group hold 300 roles within ±10 % of an even split; a fourth joins and
+receives its share only through handovers (a resignation, then its claim),
+with no role vacant for longer than one challenge stagger by the state
+topic's record timestamps, and no holder replaced without a resignation.
+
+Every wait polls a condition with a deadline; every process is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from coordination import decode_key, decode_lease
+from coordination.records import Kind
+from tests.support.kafka_io import create_state_and_output_topics, read_committed
+from tests.support.processes import Service
+from tests.support.rebalancing import vacancies
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+
+ROLES = 300
+PARTITIONS = 16
+STAGGER = 1.5
+INTERVAL = 2.0
+"""One handover per member per interval."""
+SETTLE = 6.0
+"""How old a joiner's registration must be before it is handed a role: its 300
+runners' start, on a 2-core machine beside three members and the broker."""
+START = 60.0
+"""Seconds for a member process to start its transport."""
+EVEN_WITHIN = 240.0
+"""Seconds for a group to settle: start-up, acquisition and the handovers at one
+per member per interval, on a 2-core machine beside the broker."""
+
+
+def _until(condition: Callable[[], T | None], within: float, what: str,
+           members: dict[str, Service]) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        for name, member in members.items():
+            assert member.process.poll() is None, \
+                f"{name} exited:\n{''.join(member.stderr[-30:])}"
+        found = condition()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {within} s: " \
+            f"{ {name: len(held) for name, held in _held(members).items()} }"
+        time.sleep(0.25)
+
+
+def _held(members: dict[str, Service]) -> dict[str, set[int]]:
+    """The roles each member said it leads, in its latest report."""
+    latest = {}
+    for name, member in members.items():
+        reports = [event for event in list(member.events) if event["event"] == "held"]
+        latest[name] = set(reports[-1]["roles"]) if reports else set()
+    return latest
+
+
+def _even(members: dict[str, Service]) -> dict[str, set[int]] | None:
+    """Each member's roles once every role is led by exactly one member and each
+    leads within ±10 % of an even split."""
+    held = _held(members)
+    every = [role for roles in held.values() for role in roles]
+    even = ROLES / len(members)
+    if len(every) == len(set(every)) == ROLES and all(
+            abs(len(roles) - even) <= even / 10 for roles in held.values()):
+        return held
+    return None
+
+
+def _live(path: Path, names: list[str]) -> None:
+    staged = path.with_suffix(".new")
+    staged.write_text(json.dumps(names))
+    staged.replace(path)
+
+
+def test_300_roles_split_evenly_and_a_joining_member_gets_its_share_by_handovers(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic, _ = asyncio.run(create_state_and_output_topics(kafka_bootstrap, PARTITIONS))
+    live = tmp_path / "live.json"
+    members: dict[str, Service] = {}
+
+    def start(*names: str) -> None:
+        """Start `names`' processes, and their runners at one instant once all are up."""
+        for name in names:
+            members[name] = Service(
+                "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--member", name,
+                "--roles", str(ROLES), "--live-file", str(live),
+                "--partitions", str(PARTITIONS), "--stagger", str(STAGGER),
+                "--interval", str(INTERVAL), "--settle", str(SETTLE),
+                program=["-m", "tests.kafka.rebalance_member"])
+        for name in names:
+            members[name].wait_for("ready", START)
+        for name in names:
+            members[name].signal(signal.SIGUSR1)
+
+    try:
+        _live(live, ["worker-1", "worker-2", "worker-3"])
+        start("worker-1", "worker-2", "worker-3")
+        _until(lambda: _even(members), EVEN_WITHIN, "three members, an even split", members)
+
+        _live(live, ["worker-1", "worker-2", "worker-3", "worker-4"])
+        joined_ms = time.time() * 1000
+        start("worker-4")
+        split = _until(lambda: _even(members), EVEN_WITHIN, "four members, an even split",
+                       members)
+
+        handed = {int(event["role"][5:]) for name, member in members.items()
+                  for event in list(member.events)
+                  if event["event"] == "moved" and event["to"] == "worker-4"}
+        assert split["worker-4"] <= handed, \
+            f"worker-4 took {sorted(split['worker-4'] - handed)} other than by handover"
+
+        records = [record for partition in range(PARTITIONS) for record in
+                   asyncio.run(read_committed(kafka_bootstrap, topic, partition))]
+        read_ms = time.time() * 1000
+        found, open_since = vacancies(records)
+        long = [f"{v.role} for {v.ms} ms from {v.since - joined_ms:.0f} ms after the join, "
+                f"to {v.taker}" for v in found if v.since >= joined_ms and v.ms > STAGGER * 1000]
+        # A handover can be in flight as the topic is read (the rebalancers go on).
+        long += [f"{role}, vacant since {read_ms - since:.0f} ms before the read"
+                 for role, since in open_since.items() if read_ms - since > STAGGER * 1000]
+        assert not long, f"vacancies over one stagger: {long}"
+        # From the join on, a role changes holder only after its holder resigned.
+        holder: dict[str, str | None] = {}
+        for record in records:
+            key = decode_key(record.key)
+            if key.kind is not Kind.LEASE:
+                continue
+            member = None if record.value is None else decode_lease(record.value).member
+            if record.timestamp >= joined_ms and member is not None:
+                assert holder.get(key.role) in (None, member), \
+                    f"{key.role}: {member} replaced {holder[key.role]} without a resignation"
+            holder[key.role] = member
+    finally:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda member: member.stop(timeout=60), members.values()))
