@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import procs
 from bench.context import Bench, OutputRecord, fencing_of, now_ms, read_output, stop, wait
 from bench.stats import Result
 
@@ -110,68 +111,44 @@ async def codec(bench: Bench) -> None:
 
 
 async def authority_check(bench: Bench) -> None:
-    """A third party asks who leads: DescribeTransactions vs etcd Range vs ZK children+get."""
-    from coordination import describe_leadership
-    from coordination.kafka import KafkaTransport
+    """A third party asks who leads: DescribeTransactions vs etcd Range vs ZK children+get.
 
+    Each system's client is a process of its own (`bench.authority_client`);
+    the bench asks them for a block of 20 calls each in turn, the order
+    reversed every block, so the systems share the machine's conditions but
+    not a process.
+    """
     systems = bench.active()
     role = bench.role("authority", "x")
     output = f"bench-authority-{bench.run_id}"
     await bench.create_topic(output, 1)
     leaders = {}
+    clients: dict[str, procs.Child] = {}
+    per_block = 20
     try:
         for system in systems:
             leaders[system] = bench.worker(system, role, "a", output, interval=1.0)
         leading = {s: await wait(c, "leading", 60) for s, c in leaders.items()}
-        calls: dict[str, Callable[[], Awaitable[Any]]] = {}
-        closers: list[Callable[[], Any]] = []
-        transport = None
-        if "krabka" in systems:
-            transport = KafkaTransport(bench.bootstrap, topic=bench.state_topic)
-            await transport.start()
-            from coordination import FencingToken
-
-            token = FencingToken(leading["krabka"]["producer_id"],
-                                 leading["krabka"]["producer_epoch"])
-
-            async def krabka() -> None:
-                status = await describe_leadership(transport, role)
-                if not status.authoritative(token):
-                    raise AssertionError(f"krabka: {token} not authoritative: {status}")
-            calls["krabka"] = krabka
-        if "etcd" in systems:
-            from bench.peers import EtcdElection
-
-            reader = EtcdElection(bench.etcd, f"/bench/{role}", bench.timing.lease,
-                                  bench.timing.renew)
-            closers.append(reader.client.close)
-
-            async def etcd() -> None:
-                found = reader.leader()
-                if found is None or found[1] != b"a":
-                    raise AssertionError(f"etcd: leader {found}")
-            calls["etcd"] = etcd
-        if "zookeeper" in systems:
-            from bench.peers import ZkElection
-
-            zk = ZkElection(bench.zookeeper, f"/bench/{role}", bench.timing.lease)
-            zk.start()
-            closers.append(zk.close)
-
-            async def zookeeper() -> None:
-                if zk.leader() != b"a":
-                    raise AssertionError("zookeeper: leader is not 'a'")
-            calls["zookeeper"] = zookeeper
-        rounds = bench.trials * 20
-        samples: dict[str, list[float]] = {s: [] for s in calls}
-        for call in calls.values():
-            for _ in range(20):
-                await call()
-        for i in range(rounds):
-            for system in (list(calls) if i % 2 == 0 else list(reversed(calls))):
-                t0 = time.perf_counter()
-                await calls[system]()
-                samples[system].append((time.perf_counter() - t0) * 1000)
+        for system in systems:
+            args = ["--system", system, "--role", role, "--calls", str(per_block),
+                    "--warmup", str(per_block), "--lease", str(bench.timing.lease),
+                    "--renew", str(bench.timing.renew)]
+            if system == "krabka":
+                args += ["--bootstrap-servers", bench.bootstrap, "--state-topic",
+                         bench.state_topic, "--token", f"{leading[system]['producer_id']}:"
+                                                       f"{leading[system]['producer_epoch']}"]
+            else:
+                args += [f"--{system}", getattr(bench, system)]
+            clients[system] = procs.python(
+                "bench.authority_client", *args, name=f"authority:{system}",
+                log=bench.folder / "logs" / f"{role}.client.{system}.log")
+        for client in clients.values():
+            await wait(client, "ready", 60)
+        samples: dict[str, list[float]] = {s: [] for s in clients}
+        for block in range(1, bench.trials + 1):
+            for system in (list(clients) if block % 2 else list(reversed(clients))):
+                clients[system].signal(signal.SIGUSR1)
+                samples[system] += (await wait(clients[system], "block", 60, n=block))["ms"]
         what = {"krabka": "describe_leadership: DescribeTransactions to the cached "
                           "transaction coordinator (1 round trip) + authoritative(token)",
                 "etcd": "Election.Leader: one Range, prefix, sorted by create revision, "
@@ -180,15 +157,13 @@ async def authority_check(bench: Bench) -> None:
                              "(2 round trips, kazoo)"}
         for system, values in samples.items():
             bench.add(Result("authority-check", system, "ms", values,
-                             bench.config(calls=rounds, warmup=20, what=what[system],
-                                          note="sequential calls from one client, "
-                                               "alternating systems")))
-        if transport is not None:
-            await transport.close()
-        for close in closers:
-            close()
+                             bench.config(calls=len(values), warmup=per_block,
+                                          what=what[system],
+                                          note=f"sequential calls from one client, each "
+                                               f"system's in a process of its own, blocks of "
+                                               f"{per_block} alternating systems")))
     finally:
-        await stop(*leaders.values())
+        await stop(*clients.values(), *leaders.values())
 
 
 # --------------------------------------------------------------------------- graceful-handover
