@@ -42,6 +42,8 @@ SETTLE = 6.0
 runners' start, on a 2-core machine beside three members and the broker."""
 START = 60.0
 """Seconds for a member process to start its transport."""
+POLL = 0.25
+"""Seconds between looks at the members' reports."""
 EVEN_WITHIN = 240.0
 """Seconds for a group to settle: start-up, acquisition and the handovers at one
 per member per interval, on a 2-core machine beside the broker."""
@@ -59,7 +61,7 @@ def _until(condition: Callable[[], T | None], within: float, what: str,
             return found
         assert time.monotonic() < deadline, f"{what}: not within {within} s: " \
             f"{ {name: len(held) for name, held in _held(members).items()} }"
-        time.sleep(0.25)
+        time.sleep(POLL)
 
 
 def _held(members: dict[str, Service]) -> dict[str, set[int]]:
