@@ -16,7 +16,8 @@ deadline-overshoot, zombie-writes, zombie-in-flight), `scale` + `scale_worker` (
 roles-scale-group), `limits` (the open-file limit and what else can stop a scale run),
 `fold` (fold-throughput), `worker_figures` + `app_worker` + `static_web` (the whole
 Faust worker: worker-fold, worker-recovery, event-latency, webview-latency),
-`worker` (one candidate process of any system),
+`worker` (one candidate process of any system), `authority_client` (one
+system's authority checks, from a process of its own),
 `peers` (the etcd and ZooKeeper election recipes), `services` (the servers),
 `procs` (child processes), `stats` (summaries, JSON, table), `plots` (PNG).
 Results and how to read them: ``docs/benchmarks.md``.
