@@ -4,9 +4,10 @@
         --member M --roles N --live-file F [--partitions P] [--stagger S] \\
         [--interval I] [--settle SETTLE]
 
-It runs the library's `LeaderRunner` for each of N roles (``role-000`` ...)
-under ``balanced`` placement, lease 30 s / renew 10 s, on one
-`KafkaTransport`, and a `Rebalancer` over them that plans from the roles'
+It is one member of a `tests.support.rebalancing.Group`: the library's
+`LeaderRunner` for each of N roles (``role-000`` ...) under ``balanced``
+placement, lease 30 s / renew 10 s, on one `KafkaTransport`, and a
+`Rebalancer` over them that plans from the roles'
 states (a read-only `watch_roles` from the topic's beginning) and from the
 live members named in ``--live-file`` (a JSON list, read again at every
 plan: the test says who runs, as a worker's group membership would).
@@ -31,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordination import LeaderRunner, LeadershipOptions, RoleState, watch_roles
+from coordination import LeadershipOptions
 from coordination.clock import SystemClock
 from coordination.kafka import KafkaTransport
-from coordination.rebalance import Rebalancer
+from tests.support.rebalancing import Group
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -43,10 +44,6 @@ def emit(event: str, **fields: Any) -> None:
 
 def role_name(i: int) -> str:
     return f"role-{i:03d}"
-
-
-async def hold(leadership: Any) -> None:
-    await leadership.done
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -58,24 +55,15 @@ async def run(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     loop.add_signal_handler(signal.SIGUSR1, go.set)
     live_file = Path(args.live_file)
-    states: dict[str, RoleState] = {}
+    group = Group([role_name(i) for i in range(args.roles)], options, SystemClock(),
+                  args.interval, args.settle)
     async with KafkaTransport(args.bootstrap_servers, topic=args.topic) as transport:
-        async def follow() -> None:
-            async with watch_roles(transport, args.partitions, since="beginning") as watch:
-                async for change in watch:
-                    states[change.role] = change.state
-
-        runners = {role_name(i): LeaderRunner(transport, role_name(i), args.member, hold,
-                                              options=options) for i in range(args.roles)}
-        rebalancer = Rebalancer(args.member, runners, lambda: states,
-                                lambda: json.loads(live_file.read_text()), SystemClock(),
-                                interval=args.interval, settle=args.settle)
         emit("ready")
         await go.wait()
-        tasks = [asyncio.create_task(follow()), asyncio.create_task(rebalancer.run())]
-        for runner in runners.values():
-            runner.start()
+        group.watch(transport)
+        group.join(args.member, transport, live=lambda: json.loads(live_file.read_text()))
         emit("started")
+        runners, rebalancer = group.runners[args.member], group.rebalancers[args.member]
         reported: set[tuple[str, int]] = set()  # `moves` keeps only the latest
         while not stopping.is_set():
             emit("held", roles=sorted(int(role[5:]) for role, runner in runners.items()
@@ -86,9 +74,9 @@ async def run(args: argparse.Namespace) -> None:
                     emit("moved", role=move.role, to=move.taker, at_ms=move.at_ms)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), 0.5)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*(runner.stop(deregister=False) for runner in runners.values()))
+        await group.stop_rebalancing()
+        await asyncio.gather(*(runner.stop(deregister=False)
+                               for runner in group.every_runner()))
         emit("done")
 
 
