@@ -11,7 +11,9 @@ two-core machine; side by side a run takes about as long as the longer half.
 
 The real-world half runs in the foreground and writes to the terminal, as
 one pytest run would; the other half writes to a file under the pytest
-cache, printed once both are done. The exit status is 0 only if both
+cache, printed once both are done. The last lines name every test that
+failed or erred in either half (from each half's JUnit XML report), so a
+log cut to its tail still says what broke. The exit status is 0 only if both
 halves passed or had nothing to run (pytest's 5, as when ``-k`` selects
 tests of one half only), else the first other status of the two. Each half gets
 its own range of ports (tests/support/ports.py), so the servers of one
@@ -30,6 +32,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,19 +42,24 @@ PORTS = {"real-world": "20000-25999", "cpu": "26000-31999"}  # tests/support/por
 
 
 def main(args: list[str]) -> int:
-    log = ROOT / ".pytest_cache" / "split-run-cpu.log"
-    log.parent.mkdir(exist_ok=True)
+    cache = ROOT / ".pytest_cache"
+    cache.mkdir(exist_ok=True)
+    log = cache / "split-run-cpu.log"
+    reports = {"real-world": cache / "split-run-real-world.xml", "cpu": cache / "split-run-cpu.xml"}
+    for report in reports.values():
+        report.unlink(missing_ok=True)
     pytest = [sys.executable, "-m", "pytest"]
     with log.open("w") as output:
         cpu = subprocess.Popen(
-            [*pytest, "-m", f"not ({REAL_WORLD})", *args], cwd=ROOT,
+            [*pytest, "-m", f"not ({REAL_WORLD})", f"--junitxml={reports['cpu']}", *args], cwd=ROOT,
             env={**os.environ, "TESTS_PORTS": PORTS["cpu"]},
             stdout=output, stderr=subprocess.STDOUT)
         try:
             print(f"tests not marked {REAL_WORLD!r}: pytest (pid {cpu.pid}) in the background, "
                   f"its output in {log.relative_to(ROOT)}, printed at the end", flush=True)
-            real = subprocess.call([*pytest, "-m", REAL_WORLD, *args], cwd=ROOT,
-                                   env={**os.environ, "TESTS_PORTS": PORTS["real-world"]})
+            real = subprocess.call(
+                [*pytest, "-m", REAL_WORLD, f"--junitxml={reports['real-world']}", *args], cwd=ROOT,
+                env={**os.environ, "TESTS_PORTS": PORTS["real-world"]})
             rest = cpu.wait()
         finally:
             if cpu.poll() is None:
@@ -59,8 +67,27 @@ def main(args: list[str]) -> int:
                 cpu.wait()
     print(f"\n===== the tests not marked {REAL_WORLD!r} (exit {rest}) =====", flush=True)
     sys.stdout.write(log.read_text())
+    for half, report in reports.items():
+        for test, outcome in not_passed(report):
+            print(f"{outcome.upper()} ({half} half): {test}", flush=True)
     print(f"\nexit: {real} (marked {REAL_WORLD!r}), {rest} (the others)", flush=True)
     return combined_status(real, rest)
+
+
+def not_passed(report: Path) -> list[tuple[str, str]]:
+    """(test, "failed" or "error") for each such test case of a JUnit XML report.
+
+    A half that crashed before writing its report has none; its exit status
+    still fails the run."""
+    if not report.exists():
+        return []
+    found = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for outcome in ("failure", "error"):
+            if case.find(outcome) is not None:
+                test = f"{case.get('classname', '')}::{case.get('name', '')}"
+                found.append((test, "failed" if outcome == "failure" else "error"))
+    return found
 
 
 def combined_status(real: int, rest: int) -> int:
