@@ -18,8 +18,9 @@ SECURE ?=
 run: venv kafka-jars
 	$(PY) deploy/run.py --kafka-dir $(KAFKA_DIR) --kafka-port $(KAFKA_PORT) $(RUN_ARGS)
 
-# Two pytest processes side by side: the broker and process tests, and the
-# CPU-bound rest (tests/split_run.py). SPLIT=0: one pytest process.
+# Two pytest processes side by side (the shared broker's tests; the CPU-bound
+# rest and the tests with brokers of their own), then the tests marked `alone`
+# (tests/split_run.py). SPLIT=0: one pytest process.
 SPLIT ?= 1
 test: venv kafka-jars browser lint typecheck
 	$(PY) -m $(if $(filter 0,$(SPLIT)),pytest,tests.split_run) $(PYTEST_ARGS)

@@ -56,7 +56,7 @@ from tests.support.lease_io import write_lease
 from tests.support.polling import eventually
 from tests.support.ports import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_brokers]
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]

@@ -74,7 +74,7 @@ from tests.support.polling import eventually
 from tests.support.ports import kafka_port
 from tests.support.processes import Service
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_brokers]
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]

@@ -28,7 +28,7 @@ from tests.support.kafka_io import create_state_and_output_topics, read_committe
 from tests.support.processes import Service
 from tests.support.rebalancing import vacancies
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 T = TypeVar("T")
 
