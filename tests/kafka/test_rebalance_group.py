@@ -35,11 +35,11 @@ T = TypeVar("T")
 ROLES = 300
 PARTITIONS = 16
 STAGGER = 2.5
-"""The library's default is 5 s. At 1.5 s, on a loaded 2-core CI machine, a
-handover once took 1.575 s from the tombstone to the successor's lease (the
-successor, the member it was handed to, took it: the handover worked, the
-machine was slow); with one busy loop beside the suite the longest of 68 was
-959 ms and the median 127 ms."""
+"""The library's default is 5 s. At 1.5 s, in a fresh-clone `make test` beside
+a busy loop (a loaded 2-core machine), a handover once took 1.575 s from the
+tombstone to the successor's lease (the successor, the member it was handed
+to, took it: the handover worked, the machine was slow); beside one busy loop
+alone the longest of 68 was 959 ms and the median 127 ms."""
 INTERVAL = 3.0
 """One handover per member per interval: longer than the stagger, as
 `Rebalancer` advises, so a handover whose successor failed to claim has been
