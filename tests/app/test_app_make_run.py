@@ -141,6 +141,9 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
         text = "".join(lines)
         assert "stopping the workers" in text
         assert text.index("stopping the workers") < text.index("stopping the local Kafka broker")
+        # A new user's terminal shows no error (a topic read before its partitions
+        # had leaders once printed aiokafka's NotLeaderForPartitionError).
+        assert not re.search(r"Error|Traceback", text), text
         print(f"make run stopped everything {time.monotonic() - stop_started:.1f} s after "
               "SIGTERM")
     finally:
