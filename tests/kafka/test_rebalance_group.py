@@ -22,11 +22,9 @@ from typing import TypeVar
 
 import pytest
 
-from coordination import decode_key, decode_lease
-from coordination.records import Kind
 from tests.support.kafka_io import create_state_and_output_topics, read_committed
 from tests.support.processes import Service
-from tests.support.rebalancing import vacancies
+from tests.support.rebalancing import long_vacancies, replaced_without_resignation, vacancies
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
@@ -138,28 +136,16 @@ def test_300_roles_split_evenly_and_a_joining_member_gets_its_share_by_handovers
         records = [record for partition in range(PARTITIONS) for record in
                    asyncio.run(read_committed(kafka_bootstrap, topic, partition))]
         read_ms = time.time() * 1000
-        found, open_since = vacancies(records)
+        found, _ = vacancies(records)
         after = sorted(v.ms for v in found if v.since >= joined_ms)
         assert after, "the join moved no role"
         print(f"{len(after)} vacancies after the join, ms: median {after[len(after) // 2]}, "
               f"longest {after[-5:]}")  # shown with a failure: how slow the machine was
-        long = [f"{v.role} for {v.ms} ms from {v.since - joined_ms:.0f} ms after the join, "
-                f"to {v.taker}" for v in found if v.since >= joined_ms and v.ms > STAGGER * 1000]
-        # A handover can be in flight as the topic is read (the rebalancers go on).
-        long += [f"{role}, vacant since {read_ms - since:.0f} ms before the read"
-                 for role, since in open_since.items() if read_ms - since > STAGGER * 1000]
+        long = long_vacancies(records, joined_ms, read_ms, STAGGER * 1000)
         assert not long, f"vacancies over one stagger: {long}"
         # From the join on, a role changes holder only after its holder resigned.
-        holder: dict[str, str | None] = {}
-        for record in records:
-            key = decode_key(record.key)
-            if key.kind is not Kind.LEASE:
-                continue
-            member = None if record.value is None else decode_lease(record.value).member
-            if record.timestamp >= joined_ms and member is not None:
-                assert holder.get(key.role) in (None, member), \
-                    f"{key.role}: {member} replaced {holder[key.role]} without a resignation"
-            holder[key.role] = member
+        replaced = replaced_without_resignation(records, joined_ms)
+        assert not replaced, f"holders replaced without a resignation: {replaced}"
     finally:
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(lambda member: member.stop(timeout=60), members.values()))

@@ -146,3 +146,33 @@ def vacancies(records: Iterable[Record]) -> tuple[list[Vacancy], dict[str, int]]
             found.append(Vacancy(key.role, since, record.timestamp - since,
                                  decode_lease(record.value).member))
     return found, cleared
+
+
+def long_vacancies(records: Sequence[Record], since_ms: float, read_ms: float,
+                   limit_ms: float) -> list[str]:
+    """Each vacancy that began at or after `since_ms` and lasted over `limit_ms`,
+    described; a role still vacant when the topic was read (at `read_ms`) counts
+    up to the read, since a handover can be in flight then."""
+    found, open_since = vacancies(records)
+    long = [f"{v.role} for {v.ms} ms from {v.since - since_ms:.0f} ms after the join, "
+            f"to {v.taker}" for v in found if v.since >= since_ms and v.ms > limit_ms]
+    long += [f"{role}, vacant since {read_ms - since:.0f} ms before the read"
+             for role, since in open_since.items() if read_ms - since > limit_ms]
+    return long
+
+
+def replaced_without_resignation(records: Iterable[Record], since_ms: float) -> list[str]:
+    """Each lease record from `since_ms` on whose member replaced another holder
+    whose lease had not been tombstoned (resigned) first, described."""
+    holder: dict[str, str | None] = {}
+    replaced = []
+    for record in records:
+        key = decode_key(record.key)
+        if key.kind is not Kind.LEASE:
+            continue
+        member = None if record.value is None else decode_lease(record.value).member
+        if record.timestamp >= since_ms and member is not None \
+                and holder.get(key.role) not in (None, member):
+            replaced.append(f"{key.role}: {member} replaced {holder[key.role]}")
+        holder[key.role] = member
+    return replaced
