@@ -176,9 +176,13 @@ class EventFollower:
             await self._until_known(consumer)
             partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(partitions)
-            await consumer.seek_to_end(*partitions)
+            # "The end", resolved now, before any worker starts. Not seek_to_end():
+            # its offset reset logs at error level each time a partition's leader
+            # is not ready yet (a topic created a moment ago, even once the
+            # metadata names the leader), where end_offsets() retries quietly.
+            ends = await consumer.end_offsets(partitions)
             for tp in partitions:
-                await consumer.position(tp)  # resolve "the end" now, before any worker starts
+                consumer.seek(tp, ends[tp])
             self._ready.set()
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=500)

@@ -29,8 +29,7 @@ the worker's own principal does not have Create on them.
 
 Production settings (see docs/deploy.md): ``--replication-factor 3`` (then
 ``min.insync.replicas=2`` is set on each topic) and broker-side
-``auto.create.topics.enable=false``. Exit status: 0 ready (every partition of
-the topics has a leader), 1 a mismatch or an
+``auto.create.topics.enable=false``. Exit status: 0 ready, 1 a mismatch or an
 error of the cluster (an authorization failure among them), 2 bad connection
 settings or a cluster that could not be reached.
 """
@@ -42,7 +41,6 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,10 +73,6 @@ class TopicSpec:
 
 class TopicMismatch(Exception):
     """An existing topic the worker group cannot run on."""
-
-
-class TopicsNotReady(Exception):
-    """Partitions of the topics still have no leader at the deadline."""
 
 
 def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
@@ -121,39 +115,9 @@ async def ensure(connection: Connection, wanted: list[TopicSpec], seconds: float
                 raise for_code(code)(f"creating {spec.name}: {error.get('error_message')}")
             else:
                 report[spec.name] = "created"
-        await until_led(lambda: admin.describe_topics([spec.name for spec in wanted]),
-                        asyncio.get_running_loop().time() + seconds)
         return report
     finally:
         await admin.close()
-
-
-LEADERLESS = -1
-"""The leader a partition's metadata names while it has none."""
-LEADER_POLL = 0.1
-"""Seconds between looks at the topics' metadata while a partition has no leader."""
-
-
-async def until_led(describe: Callable[[], Awaitable[list[dict[str, Any]]]],
-                    deadline: float) -> None:
-    """Return once every partition `describe()` lists has a leader; `TopicsNotReady` at
-    `deadline` (the event loop's time).
-
-    A topic created a moment ago has no partition leaders for a while, and a
-    client that reads it then (the worker's first fetch, `make run`'s event
-    follower) gets NOT_LEADER_OR_FOLLOWER, which aiokafka logs at error level
-    before it retries; ready means usable, so the script waits.
-    """
-    loop = asyncio.get_running_loop()
-    while True:
-        leaderless = [f"{topic['topic']}[{partition['partition']}]"
-                      for topic in await describe() for partition in topic["partitions"]
-                      if partition["leader"] == LEADERLESS]
-        if not leaderless:
-            return
-        if loop.time() >= deadline:
-            raise TopicsNotReady(f"partitions still without a leader: {', '.join(leaderless)}")
-        await asyncio.sleep(LEADER_POLL)
 
 
 async def _check(admin: Any, spec: TopicSpec) -> None:
@@ -208,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                    events_topic=args.events_topic, demo_topic=args.demo_topic)
     try:
         report = asyncio.run(ensure(connection, wanted))
-    except (TopicMismatch, TopicsNotReady, BrokerResponseError) as exc:
+    except (TopicMismatch, BrokerResponseError) as exc:
         # A refusal of the cluster (an ACL missing, say) is no unreachable cluster.
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,6 @@ what it created is held to the library's own start-up checks.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -91,30 +90,3 @@ async def test_the_script_refuses_a_terms_topic_with_a_delete_policy(kafka_boots
                   "--terms-topic", terms, "--events-topic", events)
     assert refused.returncode == 1
     assert f"{terms} has cleanup.policy=delete, not compact" in refused.stderr
-
-
-def _described(*leaders: int) -> list[dict[str, object]]:
-    return [{"topic": "t", "partitions": [{"partition": p, "leader": leader}
-                                          for p, leader in enumerate(leaders)]}]
-
-
-async def test_the_script_is_ready_only_once_every_partition_has_a_leader():
-    answers = iter([_described(1, -1), _described(-1, 1), _described(1, 1)])
-    asked = []
-
-    async def describe():
-        asked.append(1)
-        return next(answers)
-
-    loop = asyncio.get_running_loop()
-    await topics.until_led(describe, loop.time() + 30)
-    assert len(asked) == 3
-
-
-async def test_partitions_without_a_leader_at_the_deadline_are_named():
-    async def describe():
-        return _described(1, -1)
-
-    loop = asyncio.get_running_loop()
-    with pytest.raises(topics.TopicsNotReady, match=r"t\[1\]"):
-        await topics.until_led(describe, loop.time())
