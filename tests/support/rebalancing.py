@@ -1,16 +1,17 @@
-"""A group of members rebalancing balanced roles, for the tests that run one on
-the in-process model and on the real broker (also one member per process,
-`tests/kafka/rebalance_member.py`): each member runs a `LeaderRunner` per role
-and a `Rebalancer`, every member is live from the moment it joins unless the
-caller says otherwise, and a read-only watcher keeps the roles' states the
+"""A group of members rebalancing balanced roles on the in-process model: each
+member runs a `LeaderRunner` per role and a `Rebalancer`, every member is live
+from the moment it joins, and a read-only watcher keeps the roles' states the
 rebalancers plan from.
-And how long each role stood vacant, read off the state topic's records."""
+
+And the checks the rebalancing tests apply to the state topic's records, on
+the model and on the real broker: how long each role stood vacant, and
+whether a holder was replaced without resigning."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,12 +46,11 @@ class Group:
     """Members each running one LeaderRunner per role of `roles`, and a Rebalancer each."""
 
     def __init__(self, roles: Sequence[str], options: LeadershipOptions, clock: Clock,
-                 interval: float, settle: float | None = None) -> None:
+                 interval: float) -> None:
         self.roles = list(roles)
         self.options = options
         self.clock = clock
         self.interval = interval
-        self.settle = settle
         self.states: dict[str, RoleState] = {}
         self.members: list[str] = []
         self.runners: dict[str, dict[str, LeaderRunner]] = {}
@@ -66,10 +66,9 @@ class Group:
                     self.states[change.role] = change.state
         self._tasks.append(asyncio.create_task(follow()))
 
-    def join(self, member: str, transport: Transport,
-             live: Callable[[], Collection[str]] | None = None) -> None:
+    def join(self, member: str, transport: Transport) -> None:
         """`member` starts a runner for every role, and its rebalancer, which counts
-        `live()` as the live members (by default every member that joined)."""
+        every member that joined as live."""
         self.members.append(member)
         runners = {role: LeaderRunner(transport, role, member, self.work,
                                       options=self.options, clock=self.clock)
@@ -77,9 +76,8 @@ class Group:
         self.runners[member] = runners
         for runner in runners.values():
             runner.start()
-        rebalancer = Rebalancer(member, runners, lambda: self.states,
-                                live or (lambda: self.members), self.clock,
-                                interval=self.interval, settle=self.settle)
+        rebalancer = Rebalancer(member, runners, lambda: self.states, lambda: self.members,
+                                self.clock, interval=self.interval)
         self.rebalancers[member] = rebalancer
         self._tasks.append(asyncio.create_task(rebalancer.run()))
 
