@@ -25,7 +25,9 @@ already has, a clean handover (docs/design.md#rebalancing):
   and the next in order challenges too, superseding it (seen on the real
   broker, four members of 300 roles in one process, docs/decisions.md). A
   registration must therefore have stood for the settle time, by its record
-  timestamp, before its member is handed a role.
+  timestamp, before its member is handed a role. The plan lists such a
+  handover as deferred, with the registration's age, so a plan that makes
+  no move says whether it is waiting.
 - The runner's clean stop does the rest: the function stops first, then the
   role is resigned (the registration kept), and the successor takes it within
   its election round trip; a successor that died meanwhile leaves the role to
@@ -78,7 +80,9 @@ class Plan:
 
     `held` counts the live leases of each live member among the `roles`
     seen; `moves` are the handovers this member would make, first first
-    (`Rebalancer` enacts only the first, then plans again).
+    (`Rebalancer` enacts only the first, then plans again); `deferred` the
+    ones it would make but for the settle rule (the successor registered
+    too recently), so a plan without moves says whether it is waiting.
     """
 
     member: str
@@ -88,14 +92,19 @@ class Plan:
     fair_share: int
     held: Mapping[str, int]
     moves: tuple[Move, ...] = ()
+    deferred: tuple[Move, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The plan as the web view and the API show it."""
         return {"member": self.member, "at": self.at_ms, "roles": self.roles,
                 "members": list(self.members), "fair_share": self.fair_share,
                 "held": dict(sorted(self.held.items())),
-                "moves": [{"role": m.role, "from": m.giver, "to": m.taker,
-                           "reason": m.reason} for m in self.moves]}
+                "moves": [_move_json(m) for m in self.moves],
+                "deferred": [_move_json(m) for m in self.deferred]}
+
+
+def _move_json(move: Move) -> dict[str, object]:
+    return {"role": move.role, "from": move.giver, "to": move.taker, "reason": move.reason}
 
 
 def _holder(state: RoleState, now_ms: int) -> str | None:
@@ -120,6 +129,7 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
     fair = math.ceil(len(states) / len(members)) if states else 0
     surplus = counts[member] - fair
     moves: list[Move] = []
+    deferred: list[Move] = []
     taking = Counter[str]()
     for role in sorted(states):
         if len(moves) >= surplus:
@@ -134,15 +144,21 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
         taker = order[0]
         if counts[taker] + taking[taker] >= fair:
             continue
-        if any(entry.member == taker and now_ms - entry.timestamp < settle_ms
-               for entry in entries):
-            continue  # still standing up: hand it over once it has settled
+        reason = (f"{member} holds {counts[member]} of {len(states)} roles, over the fair "
+                  f"share of {fair} among {len(members)} live members; {taker}, which holds "
+                  f"{counts[taker]}, is the role's successor")
+        age = min((now_ms - entry.timestamp for entry in entries if entry.member == taker),
+                  default=settle_ms)
+        if age < settle_ms:  # still standing up: hand it over once it has settled
+            if len(deferred) < surplus:  # what a plan shows of its waiting, not all of it
+                deferred.append(Move(role, member, taker, (
+                    f"{reason}, registered {age} ms ago, under the settle time of "
+                    f"{settle_ms} ms")))
+            continue
         taking[taker] += 1
-        moves.append(Move(role, member, taker, (
-            f"{member} holds {counts[member]} of {len(states)} roles, over the fair share of "
-            f"{fair} among {len(members)} live members; {taker}, which holds "
-            f"{counts[taker]}, is the role's successor")))
-    return Plan(member, now_ms, len(states), members, fair, counts, tuple(moves))
+        moves.append(Move(role, member, taker, reason))
+    return Plan(member, now_ms, len(states), members, fair, counts, tuple(moves),
+                tuple(deferred))
 
 
 @dataclass(slots=True)

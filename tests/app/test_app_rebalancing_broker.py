@@ -100,17 +100,15 @@ def group(kafka_bootstrap: str, tmp_path: Path):
 
 def _settled(workers: list[AppWorker], asked: AppWorker) -> dict[str, Any] | None:
     """`asked`'s ``GET /rebalance/`` once every worker's last plan counts all of
-    `workers` live, has every worker within its fair share and plans no
-    handover, and every role is held once. (A plan can have no move while a
-    worker is over its share: the successor registered less than the settle
-    time ago.)"""
+    `workers` live and plans no handover, not even one deferred until its
+    successor has settled, and every role is held once."""
     status, body = get_json(f"{asked.url}/rebalance/", timeout=3)
     if status != 200 or body["unavailable"] or len(body["workers"]) != len(workers):
         return None
     for worker in body["workers"]:
         plan = worker["plan"]
         if (plan is None or len(plan["members"]) != len(workers) or plan["moves"]
-                or any(held > plan["fair_share"] for held in plan["held"].values())):
+                or plan["deferred"]):
             return None
     return body if _split(workers) else None
 

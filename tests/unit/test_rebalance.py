@@ -68,9 +68,15 @@ def test_a_successor_registered_less_than_the_settle_time_ago_gets_nothing_until
     roster = ["a", "b"]
     states = {f"r{i}": state(f"r{i}", "a", roster, registered={"b": NOW - 400})
               for i in range(4)}
-    assert plan(states, "a", {"a", "b"}, NOW, settle_ms=1000).moves == ()
+    waiting = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000)
+    assert waiting.moves == ()
+    # The plan says what it waits for: a plan without moves is not a balanced group.
+    assert [(move.role, move.taker) for move in waiting.deferred] == [("r0", "b"), ("r1", "b")]
+    assert "registered 400 ms ago, under the settle time of 1000 ms" in waiting.deferred[0].reason
+    assert [m["to"] for m in waiting.to_json()["deferred"]] == ["b", "b"]
     settled = plan(states, "a", {"a", "b"}, NOW + 600, settle_ms=1000)
     assert [move.taker for move in settled.moves] == ["b", "b"]
+    assert settled.deferred == ()
 
 
 def test_a_lapsed_lease_is_not_counted_as_held():
