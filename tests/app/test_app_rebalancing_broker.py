@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,21 +81,32 @@ def _vacancies_ms(group: AppGroup) -> list[int]:
     return [vacancy.ms for vacancy in found]
 
 
-@pytest.fixture
-def group(kafka_bootstrap: str, tmp_path: Path):
-    group = AppGroup(kafka_bootstrap, tmp_path, partitions=PARTITIONS, lease=LEASE,
-                     renew=RENEW, stagger=STAGGER, extra_env={
+@contextlib.contextmanager
+def balanced_group(bootstrap: str, folder: Path, *, roles: int, partitions: int,
+                   lease: float, renew: float, stagger: float, interval: float
+                   ) -> Iterator[AppGroup]:
+    """A group of `APP`'s workers, each standing for `roles` roles under ``balanced``
+    placement, on fresh topics; at the end every worker is stopped by PID, in
+    parallel (each resigns its roles on SIGTERM, a few seconds each)."""
+    group = AppGroup(bootstrap, folder, partitions=partitions, lease=lease, renew=renew,
+                     stagger=stagger, extra_env={
                          "COORDINATION_PLACEMENT": "balanced",
-                         "COORDINATION_REBALANCE_INTERVAL": str(INTERVAL),
-                         "COORDINATION_TEST_ROLES": str(ROLES),
+                         "COORDINATION_REBALANCE_INTERVAL": str(interval),
+                         "COORDINATION_TEST_ROLES": str(roles),
                          "COORDINATION_DEMO": ""})
     group.create_topics()
     try:
         yield group
     finally:
-        # In parallel: each worker resigns its roles on SIGTERM, a few seconds each.
-        with ThreadPoolExecutor(max_workers=3) as pool:
+        with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(AppWorker.stop, group.workers))
+
+
+@pytest.fixture
+def group(kafka_bootstrap: str, tmp_path: Path) -> Iterator[AppGroup]:
+    with balanced_group(kafka_bootstrap, tmp_path, roles=ROLES, partitions=PARTITIONS,
+                        lease=LEASE, renew=RENEW, stagger=STAGGER, interval=INTERVAL) as group:
+        yield group
 
 
 def _settled(workers: list[AppWorker], asked: AppWorker) -> dict[str, Any] | None:

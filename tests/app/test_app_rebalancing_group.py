@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
-from tests.app.test_app_rebalancing_broker import APP, _held, _until
+from tests.app.test_app_rebalancing_broker import APP, _held, _until, balanced_group
 from tests.support.rebalancing import long_vacancies, replaced_without_resignation, vacancies
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
@@ -46,19 +45,9 @@ beside nothing: three workers 30 s, the fourth's share 78 and 88 s."""
 
 @pytest.fixture
 def group(kafka_bootstrap: str, tmp_path: Path) -> Iterator[AppGroup]:
-    group = AppGroup(kafka_bootstrap, tmp_path, partitions=PARTITIONS, lease=LEASE,
-                     renew=RENEW, stagger=STAGGER, extra_env={
-                         "COORDINATION_PLACEMENT": "balanced",
-                         "COORDINATION_REBALANCE_INTERVAL": str(INTERVAL),
-                         "COORDINATION_TEST_ROLES": str(ROLES),
-                         "COORDINATION_DEMO": ""})
-    group.create_topics()
-    try:
+    with balanced_group(kafka_bootstrap, tmp_path, roles=ROLES, partitions=PARTITIONS,
+                        lease=LEASE, renew=RENEW, stagger=STAGGER, interval=INTERVAL) as group:
         yield group
-    finally:
-        # In parallel: each worker resigns its 75 to 100 roles on SIGTERM.
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(AppWorker.stop, group.workers))
 
 
 def _even(workers: list[AppWorker]) -> dict[str, set[str]] | None:
