@@ -126,6 +126,15 @@ def _serving(url: str) -> bool:
         return False
 
 
+class _NotLeaderYet(logging.Filter):
+    """Drops aiokafka's "Failed fetch offsets" record for a partition whose leader
+    is not ready yet, which its fetcher retries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "Failed fetch offsets from %s: %s"
+                    and "NotLeaderForPartitionError" in record.getMessage())
+
+
 class EventFollower:
     """Prints the events topic's new events, one line each, from a thread of its own.
 
@@ -167,6 +176,10 @@ class EventFollower:
         # A topic created a moment ago has no partition leader for a while:
         # aiokafka warns and retries; the terminal shows only what it gives up on.
         logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        # One retry it logs at error level: an offset reset answered "not the
+        # leader" (seen even after the metadata named the leader, and with
+        # end_offsets() before the assignment). The fetcher retries it.
+        logging.getLogger("aiokafka.consumer.fetcher").addFilter(_NotLeaderYet())
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
                                     isolation_level="read_committed",
@@ -176,13 +189,9 @@ class EventFollower:
             await self._until_known(consumer)
             partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(partitions)
-            # "The end", resolved now, before any worker starts. Not seek_to_end():
-            # its offset reset logs at error level each time a partition's leader
-            # is not ready yet (a topic created a moment ago, even once the
-            # metadata names the leader), where end_offsets() retries quietly.
-            ends = await consumer.end_offsets(partitions)
+            await consumer.seek_to_end(*partitions)
             for tp in partitions:
-                consumer.seek(tp, ends[tp])
+                await consumer.position(tp)  # resolve "the end" now, before any worker starts
             self._ready.set()
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=500)
