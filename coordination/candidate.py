@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from coordination.clock import Clock, SystemClock
 from coordination.epoch_tenure import EpochLeadership, hand_back
-from coordination.errors import FencedError, FormatError, TransportError
+from coordination.errors import EpochLostError, FencedError, FormatError, TransportError
 from coordination.evaluate import Placement, Step, challenger_index, challengers, evaluate
 from coordination.follower import PartitionFollower
 from coordination.options import Fencing, LeadershipOptions, check_name, resolve_options
@@ -224,7 +224,9 @@ class _Candidate:
             began = True
             try:
                 tenure = await self._first_lease(token, lease, self._passed_over(state))
-            except FencedError:
+            except (FencedError, EpochLostError) as exc:
+                if isinstance(exc, EpochLostError) and not await self._superseded(token):
+                    raise
                 began = False  # the broker refused it: no lease of ours exists
                 with contextlib.suppress(FencedError):
                     await self.transport.release(self.role, token)
@@ -377,6 +379,22 @@ class _Candidate:
         rank = challenger_index(state, self.member, self.options.placement)
         self._defer_to(ended + rank * self.options.stagger_ms, state)
         return True
+
+    async def _superseded(self, token: FencingToken) -> bool:
+        """Whether another challenger's epoch replaced `token` at the coordinator.
+
+        A first lease's commit can fail fatally instead of as fenced when
+        another challenger's InitProducerId is fencing it at that moment: Kafka
+        4.4's coordinator then answers EndTxn with UNKNOWN_SERVER_ERROR (an
+        IllegalStateException on its pending PREPARE_EPOCH_FENCE). The fence
+        aborts the transaction, so the challenge was lost like any fenced one.
+        When the coordinator cannot say, the error stands.
+        """
+        try:
+            status = await self.transport.describe_epoch(self.role)
+        except TransportError:
+            return False
+        return status.token != token
 
     async def _lost(self, token: FencingToken) -> None:
         """Back off after losing a challenge, so losers never fence a winner

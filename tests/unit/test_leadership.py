@@ -245,6 +245,52 @@ async def test_a_lost_epoch_writer_ends_the_tenure_when_a_transaction_begins():
     assert isinstance(leader.err, EpochLostError)
 
 
+class FirstLeaseFailsTransport(MemoryTransport):
+    """A challenger whose first lease's commit fails fatally, once; with a
+    `rival` set, another process mints the role's next epoch just before."""
+
+    rival: MemoryTransport | None = None
+    failed = False
+
+    async def begin_transaction(self, role, token):
+        txn = await super().begin_transaction(role, token)
+        if self.failed:
+            return txn
+
+        async def commit():
+            self.failed = True
+            if self.rival is not None:
+                await self.rival.acquire_epoch(role, LEASE)
+            raise EpochLostError("the commit: the producer failed fatally")
+
+        txn.commit = commit
+        return txn
+
+
+async def test_a_first_lease_that_fails_while_a_rival_fences_it_is_a_lost_challenge():
+    cluster = Cluster()
+    crash(await lead(cluster, "a"))
+    transport = FirstLeaseFailsTransport(cluster.broker)
+    transport.rival = cluster.transport()
+    standby = cluster.candidate("b", transport=transport)
+    await cluster.until(lambda: transport.failed, within=LEASE * 2)
+    await cluster.until(standby.done, within=LEASE * 10)
+    leader = standby.result()  # it went on standing, and took the role later
+    status = await describe_leadership(cluster.transport(), "billing")
+    assert status.authoritative(leader.token)
+    assert leader.member == "b"
+
+
+async def test_a_first_lease_that_fails_fatally_with_its_epoch_still_current_raises():
+    cluster = Cluster()
+    crash(await lead(cluster, "a"))
+    transport = FirstLeaseFailsTransport(cluster.broker)
+    standby = cluster.candidate("b", transport=transport)
+    await cluster.until(standby.done, within=LEASE * 2)
+    with pytest.raises(EpochLostError):
+        standby.result()
+
+
 async def test_entering_a_transaction_after_the_fence_deadline_raises_fenced_error():
     cluster = Cluster()
     leader = await lead(cluster, "a")
