@@ -6,7 +6,8 @@ job: it closes clients by hand when a bounded ``stop()`` did not finish
 itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
 consumer's position without awaiting (`coordination.kafka.positions`), sends
 requests aiokafka does not define (`coordination.kafka.protocol`), starts a prepared producer's
-network client apart from its sender (`coordination.kafka.prepared`) and watches
+network client apart from its sender (`coordination.kafka.prepared`), retries
+CONCURRENT_TRANSACTIONS sooner than aiokafka does (`coordination.kafka.prompt_retry`) and watches
 the registration producer's sender (`coordination.kafka.transport`). The worker
 reads the same transaction manager (``app/faust_patches.py``).
 
@@ -63,6 +64,17 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.sender:Sender.start",
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.client:CoordinationType",
+    # A role producer retries CONCURRENT_TRANSACTIONS promptly
+    # (`coordination.kafka.prompt_retry`): its sender's handlers, subclassed.
+    "aiokafka.producer.sender:Sender._do_add_partitions_to_txn",
+    "aiokafka.producer.sender:Sender._do_init_pid",
+    "aiokafka.producer.sender:Sender._txn_manager",
+    "aiokafka.producer.sender:BaseHandler.do",
+    "aiokafka.producer.sender:BaseHandler._sender",
+    "aiokafka.producer.sender:AddPartitionsToTxnHandler.handle_response",
+    "aiokafka.producer.sender:InitPIDHandler.handle_response",
+    "aiokafka.producer.transaction_manager:TransactionManager.txn_partitions",
+    "aiokafka.producer.transaction_manager:TransactionManager.transactional_id",
     # The consumer: a bounded stop, and the position read without awaiting.
     "aiokafka.consumer.consumer:AIOKafkaConsumer._closed",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",

@@ -56,7 +56,7 @@ log = logging.getLogger("coordination.kafka")
 
 _MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 _BUSY = frozenset({COORDINATOR_LOAD_IN_PROGRESS})
-_FIRST_BACKOFF = 0.02
+_FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.5
 # Failures after which the coordinator is looked up again.
 _LOST_NODE = (_errors.NodeNotReadyError, _errors.KafkaConnectionError,

@@ -83,6 +83,7 @@ from coordination.kafka.lifecycle import (
 )
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.prepared import PreparedProducers, start_prepared
+from coordination.kafka.prompt_retry import make_prompt
 from coordination.kafka.protocol import (
     FENCE_ERROR_CODES,
     INVALID_TRANSACTION_TIMEOUT,
@@ -434,11 +435,13 @@ class KafkaTransport:
 
     def _role_producer(self, role: str, timeout_ms: int) -> Any:
         """A role's transactional producer, not started."""
-        return AIOKafkaProducer(**self._options.producer(
+        producer = AIOKafkaProducer(**self._options.producer(
             ROLE_PRODUCER_DEFAULTS,
             transactional_id=role, transaction_timeout_ms=timeout_ms, acks="all",
             enable_idempotence=True,
         ))
+        make_prompt(producer)
+        return producer
 
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())
