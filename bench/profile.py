@@ -1,6 +1,7 @@
 """Where the time of a graceful handover and of an authority check goes.
 
     python -m bench.profile --bootstrap-servers HOST:PORT [--trials 10] [--pyinstrument DIR]
+    python -m bench.profile --bootstrap-servers HOST:PORT --calls 300 transactions
 
 Handover: two `KafkaTransport`s in one process (leader A, standby B, one role,
 lease 3 s, renew 1 s, stagger 0.5 s); B's transport methods are wrapped to
@@ -10,9 +11,11 @@ the tombstone's transaction, closing the producer, the deregistration); when
 B's tail delivered the tombstone, B's re-read of the partition, InitProducerId
 (the new transactional producer's start), the first lease record's
 transaction and the first guarded write's transaction. Prints the median of
-each stage. Authority: `describe_leadership` calls, optionally under
-pyinstrument (HTML into DIR). Not part of ``python -m bench``: a tool for the
-explanations in docs/benchmarks.md.
+each stage (and its p90 and p99). Authority: `describe_leadership` calls,
+optionally under pyinstrument (HTML into DIR). Transactions: one leader's
+guarded transactions back to back, each one record (``--calls`` of them).
+Not part of ``python -m bench``: a tool for the explanations in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from coordination import acquire_leadership, describe_leadership
 from coordination.kafka import KafkaTransport
 
@@ -109,10 +113,11 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
             await b.resign()
     print(f"graceful handover, {trials} trials, tail_wait_ms={tail_wait_ms}, "
           f"client options {client_options}; "
-          "ms after A calls resign() (median, min, max):")
+          "ms after A calls resign() (median, p90, p99, min, max):")
     for key, values in sorted(stages.items(), key=lambda kv: statistics.median(kv[1])):
-        print(f"  {key:<34} {statistics.median(values):8.1f} {min(values):8.1f} "
-              f"{max(values):8.1f}")
+        ordered = sorted(values)
+        print(f"  {key:<34} {statistics.median(values):8.1f} {percentile(ordered, 90):8.1f} "
+              f"{percentile(ordered, 99):8.1f} {ordered[0]:8.1f} {ordered[-1]:8.1f}")
 
 
 def _write(path: Path, text: str) -> None:
@@ -151,6 +156,28 @@ async def authority(bootstrap: str, calls: int, html: Path | None) -> None:
         await leadership.resign()
 
 
+async def transactions(bootstrap: str, calls: int) -> None:
+    """A leader's guarded transactions back to back, each one record to an output."""
+    suffix = uuid.uuid4().hex[:6]
+    topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
+    await _create(bootstrap, topic, output)
+    async with KafkaTransport(bootstrap, topic=topic) as transport:
+        leadership = await acquire_leadership(transport, f"profile.{suffix}", "a",
+                                              partitions=4, lease_duration=10.0,
+                                              renew_interval=3.0, challenge_stagger=0.5)
+        samples = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            async with leadership.transaction() as txn:
+                await txn.send(output, b"x", partition=0)
+            samples.append((time.perf_counter() - started) * 1000)
+        samples.sort()
+        print(f"guarded transactions back to back x{calls}: p50 "
+              f"{statistics.median(samples):.2f} ms, p90 {percentile(samples, 90):.2f}, "
+              f"p99 {percentile(samples, 99):.2f}; {calls / (sum(samples) / 1000):.0f} a second")
+        await leadership.resign()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", required=True)
@@ -170,6 +197,8 @@ def main() -> int:
             await handover(args.bootstrap_servers, args.trials, args.tail_wait_ms, options)
         if "authority" in args.what:
             await authority(args.bootstrap_servers, args.calls, args.pyinstrument)
+        if "transactions" in args.what:
+            await transactions(args.bootstrap_servers, args.calls)
 
     asyncio.run(run())
     return 0
