@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile
-from coordination import acquire_leadership, describe_leadership
+from coordination import Leadership, acquire_leadership, describe_leadership
 from coordination.kafka import KafkaTransport
 
 
@@ -125,14 +126,23 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-async def authority(bootstrap: str, calls: int, html: Path | None) -> None:
+@contextlib.asynccontextmanager
+async def _leading(bootstrap: str, lease: float,
+                   renew: float) -> AsyncIterator[tuple[KafkaTransport, Leadership, str]]:
+    """A transport leading a new role on new topics, and the output topic's name."""
     suffix = uuid.uuid4().hex[:6]
     topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
     await _create(bootstrap, topic, output)
     async with KafkaTransport(bootstrap, topic=topic) as transport:
         leadership = await acquire_leadership(transport, f"profile.{suffix}", "a",
-                                              partitions=4, lease_duration=3.0,
-                                              renew_interval=1.0, challenge_stagger=0.5)
+                                              partitions=4, lease_duration=lease,
+                                              renew_interval=renew, challenge_stagger=0.5)
+        yield transport, leadership, output
+        await leadership.resign()
+
+
+async def authority(bootstrap: str, calls: int, html: Path | None) -> None:
+    async with _leading(bootstrap, 3.0, 1.0) as (transport, leadership, _):
         for _ in range(50):
             await describe_leadership(transport, leadership.role)
         profiler = None
@@ -153,18 +163,11 @@ async def authority(bootstrap: str, calls: int, html: Path | None) -> None:
         samples.sort()
         print(f"describe_leadership x{calls}: p50 {statistics.median(samples):.3f} ms, "
               f"min {samples[0]:.3f}, p90 {samples[int(len(samples) * 0.9)]:.3f}")
-        await leadership.resign()
 
 
 async def transactions(bootstrap: str, calls: int) -> None:
     """A leader's guarded transactions back to back, each one record to an output."""
-    suffix = uuid.uuid4().hex[:6]
-    topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
-    await _create(bootstrap, topic, output)
-    async with KafkaTransport(bootstrap, topic=topic) as transport:
-        leadership = await acquire_leadership(transport, f"profile.{suffix}", "a",
-                                              partitions=4, lease_duration=10.0,
-                                              renew_interval=3.0, challenge_stagger=0.5)
+    async with _leading(bootstrap, 10.0, 3.0) as (_, leadership, output):
         samples = []
         for _ in range(calls):
             started = time.perf_counter()
@@ -175,7 +178,6 @@ async def transactions(bootstrap: str, calls: int) -> None:
         print(f"guarded transactions back to back x{calls}: p50 "
               f"{statistics.median(samples):.2f} ms, p90 {percentile(samples, 90):.2f}, "
               f"p99 {percentile(samples, 99):.2f}; {calls / (sum(samples) / 1000):.0f} a second")
-        await leadership.resign()
 
 
 def main() -> int:
