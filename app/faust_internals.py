@@ -1,15 +1,16 @@
 """The faust-streaming versions the worker was tested with, and the internals it uses.
 
-`app.faust_patches` replaces five of Faust's methods with fixed copies, written
+`app.faust_patches` replaces some of Faust's methods with fixed copies, written
 against faust-streaming 0.15.3's source (docs/upstream-faust.md), and the
-recovery regression test wraps a fourth (``tests/app/faust_seek_check.py``). A
+recovery regression test wraps another (``tests/app/faust_seek_check.py``). A
 release the patches were not checked against may have fixed, moved or changed
 what they replace, so the range is that one release: the worker refuses
 another at import unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (then it warns,
 and the recovery patch, which only makes sense on the code it was checked
 against, is not installed).
 
-`INTERNALS` lists every non-public Faust name used, as ``"module:Object.attribute"``;
+`INTERNALS` lists every non-public Faust name the worker uses (and the aiokafka names
+it reaches through Faust), as ``"module:Object.attribute"``;
 a unit test checks that each still exists in the installed faust-streaming.
 """
 
@@ -49,6 +50,11 @@ INTERNALS: tuple[str, ...] = (
     # A position never past a record still on its way to the table (patch 5).
     "faust.transport.consumer:Consumer._wait_next_records",
     "faust.transport.consumer:ThreadDelegateConsumer.position",
+    # The consumer thread's fetches not held back behind an undrained partition (patch 7).
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.on_start",
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._consumer",
+    "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",
+    "aiokafka.consumer.fetcher:Fetcher._prefetch_backoff",
     # The fold's committed offsets, for its lag in GET /ready (app.health).
     "faust.transport.consumer:Consumer._committed_offset",
     # Faust's Prometheus sensor on the worker's own registry (app.metrics): the

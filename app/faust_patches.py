@@ -1,5 +1,5 @@
-"""Patches for eight faust-streaming 0.15.3 bugs, applied when the worker app is
-built. All were seen on the local broker (docs/app.md).
+"""Patches for eight faust-streaming 0.15.3 bugs and two of its slow paths, applied
+when the worker app is built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
 Faust's table recovery asks the consumer thread for each changelog
@@ -119,6 +119,28 @@ for its next idle polls. Only the table recovery asks the main loop's
 consumer for positions, from the loop that empties the changelog queue,
 which is why the answer must not wait for the queue (that deadlocked).
 Applied with 3 and 4.
+
+6. Partitions committed one after another. Each partition of the state
+topic's group has its own transactional producer, and Faust's
+``Producer.commit_transactions`` ends their transactions in turn: sending
+offsets and EndTxn, about three round trips each. Every tick (one per owned
+partition each second) makes every partition commit, so an event of the
+last partition waited for sixteen commits (p50 97 ms for a commit of eight
+or more partitions, against 33 ms side by side; docs/benchmarks.md). The
+commits now run side by side, each under its own producer's lock, and the
+first failure is raised once all have ended.
+
+7. Fetches held back 100 ms behind a partition not yet drained. aiokafka's
+fetcher sends no fetch to a broker while any partition of that broker holds
+records the application has not taken, for up to its ``prefetch_backoff``
+(0.1 s, not a consumer setting), so a lease committed meanwhile waits. In
+Faust's consumer thread that is the normal case: a fetch brings the
+worker's own events, ticks and changelog records, and the main loop takes
+them only when it asks for its next batch. On the local broker a lease
+reached the fold agent p99 100 ms after it was written, 16 % of them after
+such a wait; with no backoff, p99 30 ms. A partition whose records are
+still held is left out of the next fetch either way, so no backoff fetches
+nothing twice; it only stops one partition from holding back the others.
 """
 
 from __future__ import annotations
@@ -140,8 +162,8 @@ from mode.utils.queues import ThrowableQueue
 
 from app.faust_internals import FAUST
 
-__all__ = ["FAUST_CHANGELOG_QUEUE", "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue",
-           "apply"]
+__all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE",
+           "RecoveryQueue", "apply", "no_fetch_backoff"]
 
 log = logging.getLogger("app.faust_patches")
 
@@ -158,19 +180,35 @@ async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]
 async def _commit_transactions(self: Any, tid_to_offset_map: Mapping[str, Any], group_id: str,
                                start_new_transaction: bool = True) -> None:
     await _flush_buffer(self.buffer)
-    for transactional_id, offsets in tid_to_offset_map.items():
-        async with self._trn_locks[transactional_id]:
-            producer = self._transaction_producers.get(transactional_id)
-            if producer is None:
-                log.warning("commit invoked for unknown transaction %s", transactional_id)
-                continue
-            if not producer._txn_manager.is_in_transaction():
-                log.info("transaction %s already ended; nothing to commit", transactional_id)
-                continue
-            await producer.send_offsets_to_transaction(offsets, group_id)
-            await producer.commit_transaction()
-            if start_new_transaction:
-                await producer.begin_transaction()
+    # Each partition's transaction has its own producer, coordinator connection
+    # and lock, so they commit side by side (patch 6): one after the other, a
+    # commit of 16 partitions took 16 times four round trips, and an event of
+    # the last partition waited for all of them.
+    results = await asyncio.gather(
+        *(_commit_one(self, transactional_id, offsets, group_id, start_new_transaction)
+          for transactional_id, offsets in tid_to_offset_map.items()),
+        return_exceptions=True)
+    # Every commit has ended before the first failure is raised, so none is
+    # left running behind a crash (ProducerFenced is what Faust's caller catches).
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def _commit_one(producer_service: Any, transactional_id: str, offsets: Mapping[Any, int],
+                      group_id: str, start_new_transaction: bool) -> None:
+    async with producer_service._trn_locks[transactional_id]:
+        producer = producer_service._transaction_producers.get(transactional_id)
+        if producer is None:
+            log.warning("commit invoked for unknown transaction %s", transactional_id)
+            return
+        if not producer._txn_manager.is_in_transaction():
+            log.info("transaction %s already ended; nothing to commit", transactional_id)
+            return
+        await producer.send_offsets_to_transaction(offsets, group_id)
+        await producer.commit_transaction()
+        if start_new_transaction:
+            await producer.begin_transaction()
 
 
 async def _flush_buffer(buffer: Any) -> None:
@@ -211,6 +249,26 @@ async def _send_pending(self: Any, fut: Any) -> None:
         log.info("a table write made after its partition's transaction ended is dropped; "
                  "the event that made it was not committed and is folded again (%s)", exc)
         fut.cancel()
+
+
+FETCH_BACKOFF = 0.0
+"""Seconds aiokafka's fetcher holds back a broker's fetch while a partition of it has
+records the consumer has not taken (aiokafka's own: 0.1; patch 7)."""
+
+_original_consumer_thread_on_start = faust_aiokafka.AIOKafkaConsumerThread.on_start
+
+
+async def _consumer_thread_on_start(self: Any) -> None:
+    """``AIOKafkaConsumerThread.on_start``, then the consumer's fetch backoff (patch 7)."""
+    await _original_consumer_thread_on_start(self)
+    no_fetch_backoff(self._consumer)
+
+
+def no_fetch_backoff(consumer: Any) -> None:
+    """Let a started aiokafka consumer fetch a broker's other partitions while one of
+    them still holds records (`FETCH_BACKOFF`); the fetcher reads the value at each
+    fetch, and exists only once the consumer has started."""
+    consumer._fetcher._prefetch_backoff = FETCH_BACKOFF
 
 
 _original_recovery_wait = faust_recovery.Recovery._wait
@@ -340,6 +398,7 @@ def apply() -> None:
     faust_aiokafka.Producer.commit_transactions = _commit_transactions  # type: ignore[method-assign]
     faust_aiokafka.Producer.flush = _flush  # type: ignore[method-assign]
     ProducerBuffer._send_pending = _send_pending  # type: ignore[method-assign]
+    thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
     _patch_recovery(faust.__version__)
     setattr(thread, _APPLIED, True)
 

@@ -5,12 +5,15 @@ upgrade that renames one must fail here, not in production)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import types
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.consumer.fetcher import Fetcher, FetchResult
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import IllegalOperation
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
@@ -246,6 +249,7 @@ def test_the_installed_faust_is_patched():
     assert ProducerBuffer._send_pending is faust_patches._send_pending
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
+    assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -301,6 +305,51 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     finally:
         await buffer.stop()
     assert log == ["send table write"] * 3 + ["send offsets", "commit"]
+
+
+class _OverlappingProducer(_TransactionProducer):
+    """A partition's producer whose EndTxn answers only once every partition of
+    the commit has sent its own: a commit that ends one transaction before it
+    starts the next never gets that far."""
+
+    def __init__(self, log: _Log, all_sent: asyncio.Barrier, error: Exception | None = None):
+        super().__init__(log)
+        self.all_sent = all_sent
+        self.error = error
+
+    async def commit_transaction(self) -> None:
+        await self.all_sent.wait()
+        if self.error is not None:
+            raise self.error
+        await super().commit_transaction()
+
+
+def _committing(producers: dict[str, _TransactionProducer]) -> types.SimpleNamespace:
+    buffer = types.SimpleNamespace(size=0, state="running")
+    return types.SimpleNamespace(buffer=buffer, _transaction_producers=producers,
+                                 _trn_locks={tid: asyncio.Lock() for tid in producers})
+
+
+async def test_the_partitions_of_a_commit_end_their_transactions_side_by_side():
+    log = _Log()
+    all_sent = asyncio.Barrier(3)
+    producers = {f"tid-{i}": _OverlappingProducer(log, all_sent) for i in range(3)}
+    await asyncio.wait_for(faust_patches._commit_transactions(
+        _committing(producers), {tid: {} for tid in producers}, "group"), 5)
+    assert log == ["send offsets"] * 3 + ["commit"] * 3
+    assert all(producer.in_transaction for producer in producers.values())  # begun again
+
+
+async def test_a_failed_partition_commit_is_raised_once_the_others_have_ended():
+    log = _Log()
+    all_sent = asyncio.Barrier(2)
+    fenced = faust_aiokafka.ProducerFenced()
+    producers = {"fenced": _OverlappingProducer(log, all_sent, error=fenced),
+                 "fine": _OverlappingProducer(log, all_sent)}
+    with pytest.raises(faust_aiokafka.ProducerFenced):
+        await asyncio.wait_for(faust_patches._commit_transactions(
+            _committing(producers), {tid: {} for tid in producers}, "group"), 5)
+    assert log == ["send offsets", "send offsets", "commit"]
 
 
 async def _until(condition, within: float) -> None:
@@ -444,3 +493,61 @@ async def test_an_aiokafka_transactional_producer_still_exposes_its_transaction_
     assert producer._txn_manager.is_in_transaction() is False
     for name in ("send_offsets_to_transaction", "commit_transaction", "begin_transaction"):
         assert callable(getattr(producer, name))
+
+
+# --- the consumer thread's fetches are not held back by a partition not yet drained --
+
+
+async def _fetcher_holding_records_of(held: TopicPartition, other: TopicPartition) -> Fetcher:
+    """aiokafka's own fetcher, on a one-broker cluster, that has fetched records of
+    `held` the consumer has not taken yet; `other` has none. Its background fetch
+    loop is stopped, so the test asks it for its next fetch itself."""
+    cluster = types.SimpleNamespace(leader_for_partition=lambda tp: 0,
+                                    broker_metadata=lambda node_id: object())
+    client = types.SimpleNamespace(_loop=asyncio.get_running_loop(), cluster=cluster,
+                                   _metadata_max_age_ms=300_000)
+    subscriptions = SubscriptionState()
+    subscriptions.assign_from_user({held, other})
+    assignment = subscriptions.subscription.assignment
+    for tp in (held, other):
+        assignment.state_value(tp).seek(0)
+    fetcher = Fetcher(client, subscriptions, isolation_level="read_committed")
+    fetcher._fetch_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await fetcher._fetch_task
+    return fetcher
+
+
+def _fetched_after(fetcher: Fetcher, held: TopicPartition) -> list[TopicPartition]:
+    """The partitions of the fetch the fetcher sends right after records of `held` arrived."""
+    assignment = fetcher._subscriptions.subscription.assignment
+    fetcher._records[held] = FetchResult(held, assignment=assignment, partition_records=None,
+                                         backoff=fetcher._prefetch_backoff)
+    requests, *_ = fetcher._get_actions_per_node(assignment)
+    return [TopicPartition(topic, partition[0])
+            for _, request in requests for topic, partitions in request.topics
+            for partition in partitions]
+
+
+async def test_a_partition_not_yet_drained_does_not_hold_back_the_fetch_of_the_others():
+    held, other = TopicPartition("state", 0), TopicPartition("state", 1)
+    fetcher = await _fetcher_holding_records_of(held, other)
+    faust_patches.no_fetch_backoff(types.SimpleNamespace(_fetcher=fetcher))
+    assert _fetched_after(fetcher, held) == [other]
+
+
+async def test_unpatched_aiokafka_fetches_nothing_from_the_broker_until_that_partition_is_drained():
+    held, other = TopicPartition("state", 0), TopicPartition("state", 1)
+    fetcher = await _fetcher_holding_records_of(held, other)
+    assert _fetched_after(fetcher, held) == []
+
+
+async def test_the_consumer_thread_s_consumer_fetches_without_backoff_once_started(monkeypatch):
+    consumer = types.SimpleNamespace(_fetcher=types.SimpleNamespace(_prefetch_backoff=0.1))
+
+    async def start(thread: object) -> None:  # Faust's own creates and starts the consumer
+        thread._consumer = consumer
+
+    monkeypatch.setattr(faust_patches, "_original_consumer_thread_on_start", start)
+    await faust_patches._consumer_thread_on_start(types.SimpleNamespace())
+    assert consumer._fetcher._prefetch_backoff == faust_patches.FETCH_BACKOFF == 0.0
