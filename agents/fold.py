@@ -8,9 +8,9 @@ and to the worker's live feed (`app.feed`, which ``GET /events/`` streams).
 Table writes, events and the consumed offset commit in one Kafka transaction.
 
 The tick agent reports lapses nobody wrote a record about: a timer sends a
-tick to each state partition this worker owns (on a co-partitioned ticks
-topic), and the tick, processed inside that partition's transaction, may
-write the table and emit ``lapsed``.
+tick to each state partition this worker owns that has a value due (on a
+co-partitioned ticks topic), and the tick, processed inside that partition's
+transaction, may write the table and emit ``lapsed``.
 
 In term mode (``COORDINATION_FENCING=term``) a third agent folds
 ``__coordination_terms`` (co-partitioned: a role's terms records are in the
@@ -60,7 +60,7 @@ from tables.partition_state import partition_key
 from tables.role_state import RoleValue
 
 __all__ = ["FOLD_BATCH", "FOLD_WITHIN", "apply_batch", "apply_terms_record", "apply_tick",
-           "as_current_event", "install"]
+           "as_current_event", "install", "ticked"]
 
 log = logging.getLogger("agents.fold")
 
@@ -338,8 +338,15 @@ def install(ctx: Context) -> None:
         # The plain (non-transactional) producer: a tick is only a wake-up,
         # and it must become readable without waiting for a commit.
         topic = ctx.ticks_topic.get_topic_name()
+        now_ms = ctx.clock.now_ms()
         owned = sorted(tp.partition for tp in app.assignor.assigned_actives()
                        if tp.topic == topic)
-        payload = orjson.dumps({"now": ctx.clock.now_ms()})
-        for partition in owned:
+        payload = orjson.dumps({"now": now_ms})
+        for partition in ticked(ctx, owned, now_ms):
             await app.producer.send(topic, None, payload, partition, None, None)
+
+
+def ticked(ctx: Context, owned: Sequence[int], now_ms: int) -> list[int]:
+    """The partitions of `owned` the tick timer sends a tick at `now_ms`: those whose
+    tick would find something to do (`app.due_index.DueIndex.wants_tick`)."""
+    return [partition for partition in owned if ctx.due.wants_tick(partition, now_ms)]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agents.fold
-from agents.fold import apply_tick
+from agents.fold import apply_tick, ticked
 from agents.folding import expire, fold
 from app.factory import build
 from app.settings import Settings
@@ -147,13 +147,35 @@ async def test_after_a_rebalance_a_tick_finds_the_values_faust_restored_into_the
     assert watched.published == [f"lapsed {restored}"]
 
 
+async def test_the_timer_ticks_a_partition_only_while_its_index_is_unbuilt_or_a_value_is_due(
+        monkeypatch):
+    ctx = make_ctx()
+    by_partition = roles_by_partition(1)
+    lapsing, live = by_partition[1][0], by_partition[2][0]
+    ctx.tables.role_state[lapsing.encode()] = role_state.encode(
+        folded(leased(lapsing, NOW + 5_000), 1))
+    ctx.tables.role_state[live.encode()] = role_state.encode(folded(leased(live, NOW + 30_000), 2))
+    watched = Watched(monkeypatch)
+    owned = [0, 1, 2]
+    assert ticked(ctx, owned, NOW) == owned  # nothing known yet: each tick builds its index
+    for partition in owned:
+        await apply_tick(ctx, partition, NOW)
+    assert ticked(ctx, owned, NOW + 1_000) == []  # no value of any partition is due
+    assert ticked(ctx, owned, NOW + 5_000) == [1]
+    await apply_tick(ctx, 1, NOW + 5_000)
+    assert watched.published == [f"lapsed {lapsing}"]
+    assert ticked(ctx, owned, NOW + 6_000) == []  # reported: nothing more due there
+    await ctx.app.on_rebalance_complete.send()  # Faust may have restored any value
+    assert ticked(ctx, owned, NOW + 7_000) == owned
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=4), min_size=1, max_size=4),
        st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 8)), max_size=30))
 async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(deadlines, steps):
-    """Whatever the leases, renewals and tick times, the ticks report the same
-    lapses, in the same ticks, as checking every value of the partition at each
-    tick does."""
+    """Whatever the leases, renewals and tick times, the ticks the timer sends
+    report the same lapses, at the same times, as checking every value of the
+    partition at every tick interval does."""
     ctx = make_ctx()
     roles = roles_by_partition(len(deadlines))[0]
     histories = {role: leased(role, *(NOW + 1000 * d for d in ds))
@@ -177,7 +199,8 @@ async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(de
             role = roles[which % len(roles)]
             if is_tick:
                 now += 1000 * seconds
-                await apply_tick(ctx, 0, now)
+                if ticked(ctx, [0], now):  # the timer sends a tick only where one is due
+                    await apply_tick(ctx, 0, now)
                 for name in roles:
                     reference[name], events = expire(reference[name], now)
                     expected.extend((now, name) for event in events if event.kind == "lapsed")
