@@ -148,6 +148,19 @@ async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRea
 # ----------------------------------------------------------------- StateReader
 
 
+def consumers_started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every aiokafka consumer the transports start from now on, in order."""
+    started: list[Any] = []
+
+    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    return started
+
+
 async def test_tail_returns_a_newly_committed_record_within_a_fetch_round_trip(
     transport, role
 ):
@@ -171,14 +184,7 @@ async def test_tail_returns_a_newly_committed_record_within_a_fetch_round_trip(
 
 
 async def test_tails_of_many_roles_share_one_consumer(transports, role, monkeypatch):
-    started: list[Any] = []
-
-    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            started.append(self)
-
-    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    started = consumers_started(monkeypatch)
     transport = await transports()
     roles = [f"{role}-{i}" for i in range(40)]
     tails = {r: await transport.tail(role_partition(r, PARTITIONS), 0) for r in roles}
@@ -202,14 +208,7 @@ async def test_a_partition_nobody_follows_is_paused_and_its_next_tail_starts_at_
     """A worker holding a partition's roles follows none of it: the hub stops
     fetching it, and a later tail sees nothing from before its own start,
     neither records nor the marks of the last fetch before the pause."""
-    started: list[Any] = []
-
-    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            started.append(self)
-
-    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    started = consumers_started(monkeypatch)
     transport = await transports()
     partition = role_partition(role, PARTITIONS)
     tp = TopicPartition(transport.topic, partition)
@@ -269,14 +268,7 @@ async def test_term_reads_and_tails_share_the_state_topics_consumers(
     transports, role, monkeypatch
 ):
     """One consumer reads both topics, one follows both: term mode adds no client."""
-    started: list[Any] = []
-
-    class CountingConsumer(AIOKafkaConsumer):  # type: ignore[misc]
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            started.append(self)
-
-    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", CountingConsumer)
+    started = consumers_started(monkeypatch)
     transport = await transports()
     term_offset = await transport.append_term(1, *claim(role, "a", 1))
     state_offset = await transport.append(1, *registration_record(role, "a"))
