@@ -182,7 +182,7 @@ async def _commit_transactions(self: Any, tid_to_offset_map: Mapping[str, Any], 
     await _flush_buffer(self.buffer)
     # Each partition's transaction has its own producer, coordinator connection
     # and lock, so they commit side by side (patch 6): one after the other, a
-    # commit of 16 partitions took 16 times four round trips, and an event of
+    # commit of 16 partitions took 16 times three round trips, and an event of
     # the last partition waited for all of them.
     results = await asyncio.gather(
         *(_commit_one(self, transactional_id, offsets, group_id, start_new_transaction)
