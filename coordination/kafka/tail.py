@@ -19,15 +19,9 @@ shows within one ``fetch_max_wait_ms`` plus one loop pass.
 A new tail that starts below the hub's position rewinds the partition; the
 other tails drop the records they already had (each tracks the next offset it
 accepts). `next()` is cancel-safe: it only waits on an event, and records are
-taken from the queue in the same step the read is returned.
-
-A partition whose last tail closed is paused, not unassigned: a worker that
-holds its roles follows none of their partitions, and fetching them anyway
-meant fetching and decoding each of its own renewals (one Fetch per renewal,
-a quarter of a holding worker's CPU; docs/benchmarks.md). Its next tail
-resumes it from that tail's own offset, which a read of the partition has
-just shown to be stable: nothing below it is needed, and the marks of the
-last fetch before the pause, older than that offset, are not offered.
+taken from the queue in the same step the read is returned. A partition stays
+assigned after its last tail closes (the topic has few partitions and an idle
+partition costs nothing in a fetch), so the next tail of it starts warm.
 """
 
 from __future__ import annotations
@@ -134,21 +128,14 @@ class _Feed:
         self.marks: Marks | None = None
         self.tails: set[KafkaTail] = set()
         self.dirty = False
-        self.paused = False
-        self.floor = 0
-        """No stable offset below this is offered: one the consumer cached before a pause."""
 
     def observe(self, consumer: Any) -> None:
-        if self.paused:
-            return
         at = position(consumer, self.tp)
         lso, hw = marks(consumer, self.tp)
         if at is not None:
             self.position = at
         if at is None or lso is None or hw is None or at < lso:
             return  # still catching up: records are queued, marks wait
-        if lso < self.floor:
-            return  # the marks of a fetch from before the pause: wait for a new one
         if (lso, hw) != self.marks or self.dirty:
             self.marks = (lso, hw)
             self.dirty = False
@@ -188,12 +175,6 @@ class TailHub:
             feed = _Feed(tp, from_offset)
             self._feeds[tp] = feed
             self._reassign(consumer)
-        elif feed.paused:
-            consumer.seek(feed.tp, from_offset)
-            consumer.resume(feed.tp)
-            feed.paused = False
-            feed.position = feed.floor = from_offset
-            feed.marks = None
         elif from_offset < feed.position:
             # Rewind; the other tails drop what they already have.
             consumer.seek(feed.tp, from_offset)
@@ -225,9 +206,6 @@ class TailHub:
         feed = self._feeds.get(TopicPartition(tail.topic, tail.partition))
         if feed is not None:
             feed.tails.discard(tail)
-            if not feed.tails and self._consumer is not None:
-                self._consumer.pause(feed.tp)
-                feed.paused = True
 
     async def _started(self) -> Any:
         async with self._start_lock:
@@ -241,8 +219,6 @@ class TailHub:
         consumer.assign([feed.tp for feed in self._feeds.values()])
         for feed in self._feeds.values():
             consumer.seek(feed.tp, feed.position)
-            if feed.paused:  # a new assignment has nothing paused
-                consumer.pause(feed.tp)
 
     async def _run(self, consumer: Any) -> None:
         try:

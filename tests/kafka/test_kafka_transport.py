@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 
@@ -201,44 +201,6 @@ async def test_tails_of_many_roles_share_one_consumer(transports, role, monkeypa
     finally:
         for tail in tails.values():
             await tail.close()
-
-
-async def test_a_partition_nobody_follows_is_paused_and_its_next_tail_starts_at_its_offset(
-        transports, role, monkeypatch):
-    """A worker holding a partition's roles follows none of it: the hub stops
-    fetching it, and a later tail sees nothing from before its own start,
-    neither records nor the marks of the last fetch before the pause."""
-    started = consumers_started(monkeypatch)
-    transport = await transports()
-    partition = role_partition(role, PARTITIONS)
-    tp = TopicPartition(transport.topic, partition)
-
-    async def records_until(tail: Any, offset: int) -> list[PartitionRead]:
-        reads: list[PartitionRead] = []
-        while offset not in [r.offset for read in reads for r in read.records]:
-            reads.append(await asyncio.wait_for(tail.next(), DEADLINE))
-        return reads
-
-    first = await transport.tail(partition, 0)
-    try:
-        await records_until(first, await transport.append(partition,
-                                                          *registration_record(role, "a")))
-    finally:
-        await first.close()
-    (consumer,) = started
-    assert tp in consumer.paused()
-
-    await transport.append(partition, *registration_record(role, "b"))  # nobody follows
-    start = await stable_read(transport, partition)  # what a follower's refresh reads first
-    second = await transport.tail(partition, start.last_stable_offset)
-    try:
-        assert tp not in consumer.paused()
-        offset = await transport.append(partition, *registration_record(role, "c"))
-        reads = await records_until(second, offset)
-    finally:
-        await second.close()
-    assert [r.offset for read in reads for r in read.records] == [offset]
-    assert min(read.last_stable_offset for read in reads) >= start.last_stable_offset
 
 
 async def test_reads_of_one_partition_from_different_offsets_share_one_fetch(
