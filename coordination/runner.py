@@ -233,9 +233,11 @@ class LeaderRunner:
         if self._state is not RunnerState.IDLE:
             raise InvalidStateError(f"{self.role}: a runner runs once; make a new one")
         failures = 0
+        stood = False
         try:
             while not self._stop.is_set():
                 self._move(RunnerState.CAMPAIGNING)
+                stood = True
                 leadership = await self._campaign()
                 if leadership is None:
                     if self._stop.is_set():
@@ -261,6 +263,12 @@ class LeaderRunner:
                 long = self.clock.monotonic_ms() - started > self.options.lease_ms
                 failures = 1 if long else failures + 1
                 await self._back_off(failures)
+            else:
+                # Stopped while backing off: the campaign before it left this
+                # member's registration (and any tenure was handed back
+                # without it), which a stop that deregisters removes too.
+                if stood and self._deregister_on_stop:
+                    await self._deregister()
         except Exception as exc:
             if not campaigns_again_after(exc):
                 log.error("%s: %s stops the runner: %r cannot be retried", self.role,

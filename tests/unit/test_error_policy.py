@@ -251,6 +251,21 @@ async def test_the_runner_campaigns_again_after_a_transport_error():
         await cluster.stop_runners(runner)
 
 
+async def test_a_runner_stopped_while_backing_off_removes_its_registration():
+    cluster = Cluster()
+    transport = BreakableTransport(cluster.broker)
+    transport.broken["acquire_epoch"] = TransportError("coordinator unreachable")
+    recorder = Recorder()
+    runner = runner_on(cluster, transport, recorder)
+    runner.start()
+    await cluster.until(lambda: runner.state is RunnerState.BACKING_OFF, within=2)
+    state = await describe_role_state(cluster.transport(), ROLE, OPTIONS.partitions)
+    assert state.roster == ["a"]
+    await cluster.stop_runners(runner)
+    state = await describe_role_state(cluster.transport(), ROLE, OPTIONS.partitions)
+    assert state.roster == []
+
+
 async def test_the_runner_stops_and_raises_a_bug_of_a_campaign():
     cluster = Cluster()
     transport = BreakableTransport(cluster.broker)
