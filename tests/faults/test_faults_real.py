@@ -355,8 +355,9 @@ async def test_compaction_under_member_churn_keeps_the_roster_order_and_the_lead
     for number in range(CHURNERS):
         churner = run.start(f"churn-{number}", "--leave-on-stop")
         await wait_roster(run, ["a", "b", "c", f"churn-{number}"])
-        churner.stop()
-        assert churner.has("left")
+        code = churner.stop()
+        assert churner.has("left"), (code, [e["event"] for e in churner.events],
+                                     "".join(churner.stderr[-30:]))
         await wait_roster(run, ["a", "b", "c"])
     renewed_since = leading["t_ms"]
 
