@@ -144,6 +144,12 @@ def test_make_run_from_a_fresh_clone_starts_serves_and_stops_everything(tmp_path
         # A new user's terminal shows no error (a topic read before its partitions
         # had leaders once printed aiokafka's NotLeaderForPartitionError).
         assert not re.search(r"Error|Traceback", text), text
+        # Nor do the workers' logs, though the broker is new (aiokafka's lines for
+        # a group coordinator or internal topics not there yet are warnings).
+        errors = [line for log in sorted((tmp_path / "run").glob("*.log"))
+                  for line in log.read_text(errors="replace").splitlines()
+                  if "[ERROR]" in line or "Traceback" in line]
+        assert errors == [], "\n".join(errors[:20])
         print(f"make run stopped everything {time.monotonic() - stop_started:.1f} s after "
               "SIGTERM")
     finally:
