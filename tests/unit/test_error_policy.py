@@ -235,12 +235,19 @@ def runner_on(cluster: Cluster, transport: MemoryTransport, observer: RunnerObse
                         observer=observer, retry_interval=0.1)
 
 
-async def test_the_runner_campaigns_again_after_a_transport_error():
+def runner_with_broken(call: str, error: BaseException
+                       ) -> tuple[Cluster, BreakableTransport, Recorder, LeaderRunner]:
+    """A runner (not started) whose transport's `call` raises `error`."""
     cluster = Cluster()
     transport = BreakableTransport(cluster.broker)
-    transport.broken["append"] = TransportError("broker unreachable")
+    transport.broken[call] = error
     recorder = Recorder()
-    runner = runner_on(cluster, transport, recorder)
+    return cluster, transport, recorder, runner_on(cluster, transport, recorder)
+
+
+async def test_the_runner_campaigns_again_after_a_transport_error():
+    cluster, transport, recorder, runner = runner_with_broken(
+        "append", TransportError("broker unreachable"))
     task = runner.start()
     try:
         await cluster.until(lambda: len(recorder.campaign_errors) >= 2, within=2)
@@ -252,11 +259,8 @@ async def test_the_runner_campaigns_again_after_a_transport_error():
 
 
 async def test_a_runner_stopped_while_backing_off_removes_its_registration():
-    cluster = Cluster()
-    transport = BreakableTransport(cluster.broker)
-    transport.broken["acquire_epoch"] = TransportError("coordinator unreachable")
-    recorder = Recorder()
-    runner = runner_on(cluster, transport, recorder)
+    cluster, _, _, runner = runner_with_broken(
+        "acquire_epoch", TransportError("coordinator unreachable"))
     runner.start()
     await cluster.until(lambda: runner.state is RunnerState.BACKING_OFF, within=2)
     state = await describe_role_state(cluster.transport(), ROLE, OPTIONS.partitions)
@@ -267,12 +271,8 @@ async def test_a_runner_stopped_while_backing_off_removes_its_registration():
 
 
 async def test_the_runner_stops_and_raises_a_bug_of_a_campaign():
-    cluster = Cluster()
-    transport = BreakableTransport(cluster.broker)
     bug = TypeError("append() missing 1 required positional argument")
-    transport.broken["append"] = bug
-    recorder = Recorder()
-    runner = runner_on(cluster, transport, recorder)
+    cluster, _, recorder, runner = runner_with_broken("append", bug)
     task = runner.start()
     await cluster.until(task.done, within=1)
     assert task.exception() is bug
