@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from coordination.cancellation import through_cancellation
 from coordination.clock import Clock
 from coordination.errors import (
     CoordinationError,
@@ -25,7 +26,7 @@ from coordination.errors import (
 from coordination.guarded import GuardedWriter, RecordWriter, commit_lease
 from coordination.options import LeadershipOptions
 from coordination.records import Lease, encode_key, encode_lease, lease_key
-from coordination.tenure import Leadership, TenureState, through_cancellation
+from coordination.tenure import Leadership, TenureState
 from coordination.token import FencingToken
 from coordination.transport import GuardedTransaction, Transport
 

@@ -15,11 +15,11 @@ instant `evaluate` named, whichever comes first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from coordination import defaults
+from coordination.cancellation import cancel_and_wait
 from coordination.clock import Clock
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold
@@ -72,14 +72,14 @@ class Tailing:
 
     async def close(self) -> None:
         """Drop the pending read and close the tail."""
-        if self._pending is not None:
-            self._pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._pending
-            self._pending = None
-        if self._tail is not None:
-            await self._tail.close()
-            self._tail = None
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None:
+                await cancel_and_wait(pending)
+        finally:  # a cancelled caller still closes the tail
+            if self._tail is not None:
+                tail, self._tail = self._tail, None
+                await tail.close()
 
 
 class PartitionFollower:

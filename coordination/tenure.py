@@ -28,6 +28,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from coordination.cancellation import cancel_and_wait
 from coordination.clock import Clock
 from coordination.errors import FencedError, InvalidStateError, retryable
 from coordination.guarded import IN_TRANSACTION, RecordWriter
@@ -36,8 +37,7 @@ from coordination.registration import deregister
 from coordination.token import Token
 from coordination.transport import Registrar
 
-__all__ = ["RENEW_JITTER", "Leadership", "TenureState", "renewal_delay_ms",
-           "through_cancellation"]
+__all__ = ["RENEW_JITTER", "Leadership", "TenureState", "renewal_delay_ms"]
 
 log = logging.getLogger("coordination.leadership")
 
@@ -72,24 +72,6 @@ def renewal_delay_ms(role: str, member: str, count: int, renew_ms: int) -> int:
     digest = hashlib.blake2b(f"{role}\0{member}\0{count}".encode(), digest_size=8).digest()
     fraction = int.from_bytes(digest, "big") / 2**64
     return renew_ms - int(fraction * RENEW_JITTER * renew_ms)
-
-
-async def through_cancellation(work: asyncio.Future[None]) -> None:
-    """Wait for `work` to finish even if the caller is cancelled meanwhile,
-    then deliver the cancellation.
-
-    For clean-up that must be over when the caller's cancellation arrives
-    (its steps are each bounded by the transport), so that a cancelled
-    `acquire_leadership` has handed its tenure back by the time it raises.
-    """
-    cancelled = False
-    while not work.done():
-        try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class TenureState(enum.Enum):
@@ -346,9 +328,7 @@ class Leadership(abc.ABC):
             raise
         if work.done():
             return work.result()
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
+        await cancel_and_wait(work)
         raise FencedError(f"{self.role}: the tenure of {self.token} ended: {self.err}")
 
     def _raise_if_over(self) -> None:

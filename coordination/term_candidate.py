@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from coordination.cancellation import through_cancellation
 from coordination.clock import Clock
 from coordination.evaluate import ordered_challengers
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions
 from coordination.partition import role_partition
 from coordination.registration import deregister, register
-from coordination.tenure import through_cancellation
 from coordination.term_election import evaluate_term
 from coordination.term_follower import TermFollower
 from coordination.term_records import (

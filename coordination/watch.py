@@ -22,11 +22,11 @@ and a watcher keeps no clock, so ``lapsed`` is never reported here. The
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from coordination.cancellation import cancel_and_wait
 from coordination.changes import Change
 from coordination.errors import FormatError
 from coordination.events import LeadershipEvent, change_event
@@ -170,16 +170,15 @@ class RoleWatch:
         if self._closed:
             return
         self._closed = True
-        for task in self._pending.values():
-            task.cancel()
-        for task in self._pending.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        pending = list(self._pending.values())
         self._pending.clear()
-        for watch in self._watches.values():
-            if watch.tail is not None:
-                await watch.tail.close()
-                watch.tail = None
+        try:
+            await cancel_and_wait(*pending)
+        finally:  # a cancelled caller still closes the tails
+            for watch in self._watches.values():
+                if watch.tail is not None:
+                    await watch.tail.close()
+                    watch.tail = None
 
     async def __aenter__(self) -> RoleWatch:
         try:

@@ -1,0 +1,55 @@
+"""Stopping child tasks without losing the caller's own cancellation.
+
+``task.cancel()`` followed by ``with suppress(CancelledError): await task``
+looks like "stop it and wait", but the suppress also swallows a cancellation
+of the *caller* that arrives while it waits: the caller carries on as if
+never cancelled. A candidate closing its tail that way, at the instant its
+campaign was cancelled, went back to waiting for its turn, and the
+cancelled `acquire_leadership` never returned (a runner's stop, and a test's
+clean-up, then waited for it forever). `cancel_and_wait` tells the two
+apart: `asyncio.wait` raises only the caller's own cancellation, never the
+child's outcome.
+
+`through_cancellation` is the other way round: clean-up that must finish
+before the caller's cancellation is delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["cancel_and_wait", "through_cancellation"]
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel `tasks` and wait until each has ended, its outcome retrieved.
+
+    A cancellation of the caller while it waits is raised (the tasks were
+    asked to stop and end on their own); their errors are not.
+    """
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log it as lost
+
+
+async def through_cancellation(work: asyncio.Future[None]) -> None:
+    """Wait for `work` to finish even if the caller is cancelled meanwhile,
+    then deliver the cancellation.
+
+    For clean-up that must be over when the caller's cancellation arrives
+    (its steps are each bounded by the transport), so that a cancelled
+    `acquire_leadership` has handed its tenure back by the time it raises.
+    """
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError

@@ -1,0 +1,91 @@
+"""Stopping child tasks delivers the caller's own cancellation: a tail closed, or a
+watch ended, at the instant its caller is cancelled leaves the caller cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+
+from coordination.cancellation import cancel_and_wait
+from coordination.follower import Tailing
+from coordination.watch import RoleWatch
+from tests.support.sim import Cluster
+
+
+async def test_a_caller_cancelled_while_a_child_stops_is_cancelled_too():
+    release = asyncio.Event()
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await release.wait()  # its clean-up takes a while
+
+    child = asyncio.create_task(slow_to_stop())
+    await asyncio.sleep(0)
+    caller = asyncio.create_task(cancel_and_wait(child))
+    await asyncio.sleep(0)
+    caller.cancel()
+    await asyncio.wait({caller})
+    assert caller.cancelled()
+    release.set()
+    await asyncio.wait({child})
+    assert child.cancelled()
+
+
+async def test_the_childs_error_is_retrieved_and_not_raised(caplog):
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("clean-up failed") from None
+
+    child = asyncio.create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    await cancel_and_wait(child)
+    assert isinstance(child.exception(), RuntimeError)
+    del child
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
+async def test_cancel_and_wait_of_nothing_returns():
+    await cancel_and_wait()
+
+
+async def _tailing_with_a_pending_read() -> Tailing:
+    transport = Cluster().transport()
+    tailing = Tailing()
+    await tailing.start(transport.tail(0, 0))
+    while await tailing.next_or(asyncio.sleep(0)) is not None:
+        pass  # what the tail has now; then a read stays pending
+    return tailing
+
+
+async def test_a_task_cancelled_while_it_closes_a_tail_ends_cancelled():
+    tailing = await _tailing_with_a_pending_read()
+    closing = asyncio.create_task(tailing.close())
+    await asyncio.sleep(0)  # it has cancelled the pending read and waits for it
+    closing.cancel()
+    await asyncio.wait({closing})
+    assert closing.cancelled()
+    assert not tailing.following  # the tail is closed all the same
+
+
+async def test_a_task_cancelled_while_it_closes_a_watch_ends_cancelled():
+    cluster = Cluster()
+    watch = RoleWatch(cluster.transport(), partitions=cluster.partitions)
+    await watch.start()
+    iterating = asyncio.ensure_future(watch.__anext__())
+    await asyncio.sleep(0)  # it waits on each partition's tail
+    iterating.cancel()  # the tails' reads stay pending
+    await asyncio.wait({iterating})
+    closing = asyncio.create_task(watch.aclose())
+    await asyncio.sleep(0)
+    closing.cancel()
+    await asyncio.wait({closing})
+    assert closing.cancelled()
+    with pytest.raises(StopAsyncIteration):
+        await watch.__anext__()  # closed all the same
