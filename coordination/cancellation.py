@@ -10,16 +10,20 @@ clean-up, then waited for it forever). `cancel_and_wait` tells the two
 apart: `asyncio.wait` raises only the caller's own cancellation, never the
 child's outcome.
 
-`through_cancellation` is the other way round: clean-up that must finish
-before the caller's cancellation is delivered.
+`bounded` is ``asyncio.wait_for`` without the same fault in Python 3.11's
+version. `through_cancellation` is the other way round: clean-up that must
+finish before the caller's cancellation is delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
-__all__ = ["cancel_and_wait", "through_cancellation"]
+T = TypeVar("T")
+
+__all__ = ["bounded", "cancel_and_wait", "through_cancellation"]
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
@@ -53,3 +57,31 @@ async def through_cancellation(work: asyncio.Future[None]) -> None:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
+
+
+async def bounded(work: Awaitable[T], seconds: float) -> T:
+    """`work`'s outcome, awaited in a task of its own for at most `seconds`.
+
+    `asyncio.wait_for` without its race: Python 3.11's returns the result
+    when `work` ends in the same instant as a cancellation of the caller,
+    and that cancellation is lost (a cancelled campaign whose registration
+    was acknowledged at that instant carried on as a standby; Python 3.12
+    fixed it). Here a cancelled caller cancels `work`, waits for its end and
+    raises `CancelledError`, whatever the work's outcome. After `seconds`
+    the work is cancelled and waited for, then `TimeoutError` is raised
+    (its result, if it finished instead of stopping). The work runs in a
+    task of its own, not the caller's: aiokafka's stops await tasks that
+    ignore their cancellation, and a caller awaiting such a task directly
+    would lose its own.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        await cancel_and_wait(task)
+        raise
+    if not task.done():
+        await cancel_and_wait(task)
+        if task.cancelled():
+            raise TimeoutError(f"not done within {seconds:g} s")
+    return task.result()

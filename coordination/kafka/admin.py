@@ -29,6 +29,7 @@ from aiokafka.protocol.metadata import (  # type: ignore[import-untyped, unused-
     MetadataRequest,
 )
 
+from coordination.cancellation import bounded
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from coordination.kafka.lifecycle import start_bounded, stop_admin
 from coordination.kafka.options import ClientOptions
@@ -123,7 +124,7 @@ class TopicChecker:
     async def _bounded(self, request: Awaitable[T], what: str) -> T:
         """`request` within the timeout; a failure of Kafka is a `KafkaTransportError`."""
         try:
-            return await asyncio.wait_for(request, self._timeout)
+            return await bounded(request, self._timeout)
         except TimeoutError as exc:
             raise KafkaUnavailableError(
                 f"{what}: no answer from the Kafka cluster "

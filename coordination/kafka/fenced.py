@@ -41,6 +41,7 @@ from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyp
     TransactionState,
 )
 
+from coordination.cancellation import bounded
 from coordination.errors import FencedError, InvalidStateError
 from coordination.kafka.errors import (
     KafkaTransportError,
@@ -132,7 +133,7 @@ class RoleProducer:
                 work.close()
             raise again_after(self.retired)
         try:
-            return await asyncio.wait_for(work, self.timeout)
+            return await bounded(work, self.timeout)
         except TimeoutError as exc:
             raise await self.retire(KafkaUnavailableError(
                 f"{self.role}: {what} did not complete within the transaction timeout "

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.cancellation import bounded
 from coordination.kafka.errors import KafkaUnavailableError
 
 __all__ = [
@@ -49,7 +50,7 @@ def servers_text(bootstrap_servers: str | list[str]) -> str:
 async def start_bounded(start: Awaitable[Any], limit: float, what: str, servers: str) -> None:
     """Await `start` for at most `limit` seconds; unreachable is `KafkaUnavailableError`."""
     try:
-        await asyncio.wait_for(start, limit)
+        await bounded(start, limit)
     except TimeoutError as exc:
         raise KafkaUnavailableError(
             f"{what}: no answer from the Kafka cluster at {servers} within {limit:g} s; "
@@ -64,7 +65,7 @@ async def start_bounded(start: Awaitable[Any], limit: float, what: str, servers:
 
 async def _graceful(stop: Awaitable[Any], limit: float, what: str) -> bool:
     try:
-        await asyncio.wait_for(stop, limit)
+        await bounded(stop, limit)
         return True
     except TimeoutError:
         log.warning("%s did not stop within %g s; closing it by hand", what, limit)
@@ -82,7 +83,7 @@ async def _wait_task(task: asyncio.Task[Any] | None, limit: float) -> None:
 
 async def _close_network(client: Any, limit: float) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.close(), limit)
+        await bounded(client.close(), limit)
 
 
 async def stop_producer(producer: Any, limit: float = CLOSE_TIMEOUT) -> None:

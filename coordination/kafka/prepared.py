@@ -39,6 +39,7 @@ from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.cancellation import bounded
 from coordination.kafka.lifecycle import stop_producer
 
 __all__ = ["PreparedProducers", "start_prepared"]
@@ -125,7 +126,7 @@ class PreparedProducers:
 
     async def _connect(self, role: str, producer: Any, partition: int) -> None:
         try:
-            await asyncio.wait_for(self._warm(role, producer, partition), self._timeout)
+            await bounded(self._warm(role, producer, partition), self._timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

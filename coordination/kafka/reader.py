@@ -36,6 +36,7 @@ from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.cancellation import bounded
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from coordination.kafka.lifecycle import stop_consumer
 from coordination.kafka.positions import marks, position
@@ -112,7 +113,7 @@ class PartitionReader:
         while self._queued:
             batch, self._queued = self._queued, {}
             try:
-                reads = await asyncio.wait_for(
+                reads = await bounded(
                     self._read({tp: ask.from_offset for tp, ask in batch.items()}),
                     self._timeout)
             except BaseException as exc:

@@ -69,6 +69,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.cancellation import bounded
 from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.errors import FencedError, InvalidStateError, StateTopicError
 from coordination.kafka.admin import TopicChecker
@@ -532,7 +533,7 @@ class KafkaTransport:
             return await asyncio.shield(delivery)
 
         try:
-            metadata = await asyncio.wait_for(send(), self._timeout)
+            metadata = await bounded(send(), self._timeout)
         except TimeoutError as exc:
             raise KafkaUnavailableError(
                 f"appending to {topic}-{partition}: no acknowledgement within "

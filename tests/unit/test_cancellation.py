@@ -8,9 +8,10 @@ import gc
 
 import pytest
 
-from coordination.cancellation import cancel_and_wait
+from coordination.cancellation import bounded, cancel_and_wait
 from coordination.follower import Tailing
 from coordination.watch import RoleWatch
+from tests.support.loop import run_ready_callbacks
 from tests.support.sim import Cluster
 
 
@@ -89,3 +90,54 @@ async def test_a_task_cancelled_while_it_closes_a_watch_ends_cancelled():
     assert closing.cancelled()
     with pytest.raises(StopAsyncIteration):
         await watch.__anext__()  # closed all the same
+
+
+async def _answers_at_once() -> int:
+    await asyncio.sleep(0)
+    return 42
+
+
+@pytest.mark.parametrize("rounds", range(1, 7))
+async def test_a_bounded_call_cancelled_at_any_instant_ends_cancelled(rounds):
+    calling = asyncio.create_task(bounded(_answers_at_once(), 10))
+    await run_ready_callbacks(rounds)
+    if calling.done():
+        assert calling.result() == 42  # it was over before the cancellation came
+        return
+    calling.cancel()
+    await asyncio.wait({calling})
+    assert calling.cancelled()
+
+
+async def test_a_bounded_call_gives_the_result_in_time_and_a_timeout_error_after():
+    assert await bounded(_answers_at_once(), 10) == 42
+    stopped = asyncio.Event()
+
+    async def never_answers() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    with pytest.raises(TimeoutError):
+        await bounded(never_answers(), 0.01)
+    assert stopped.is_set()  # the work was cancelled, and had ended, when it raised
+
+
+async def test_a_cancelled_bounded_call_cancels_its_work_and_waits_for_its_end():
+    stages: list[str] = []
+
+    async def slow_clean_up() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stages.append("cancelled")
+            await asyncio.sleep(0)
+            stages.append("cleaned up")
+
+    calling = asyncio.create_task(bounded(slow_clean_up(), 10))
+    await run_ready_callbacks(2)
+    calling.cancel()
+    await asyncio.wait({calling})
+    assert calling.cancelled()
+    assert stages == ["cancelled", "cleaned up"]
