@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["bounded", "cancel_and_wait", "through_cancellation"]
+__all__ = ["bounded", "cancel_and_wait", "through_cancellation", "within"]
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
@@ -85,3 +85,23 @@ async def bounded(work: Awaitable[T], seconds: float) -> T:
         if task.cancelled():
             raise TimeoutError(f"not done within {seconds:g} s")
     return task.result()
+
+
+async def within(work: Awaitable[T], seconds: float) -> T:
+    """`work`'s outcome, awaited in the caller's task for at most `seconds`.
+
+    For requests on a hot path, where `bounded`'s task per call costs: it
+    runs `work` under ``asyncio.timeout``. A request of aiokafka bounds
+    itself with Python 3.11's ``wait_for`` (`AIOKafkaConnection.send`), which
+    can return the answer and drop a cancellation of the caller that came
+    in the same instant; the task still counts that cancellation
+    (``Task.cancelling()``), so it is raised here once `work` has returned.
+    `TimeoutError` after `seconds`.
+    """
+    task = asyncio.current_task()
+    requested = task.cancelling() if task is not None else 0
+    async with asyncio.timeout(seconds):
+        result = await work
+    if task is not None and task.cancelling() > requested:
+        raise asyncio.CancelledError
+    return result

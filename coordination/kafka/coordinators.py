@@ -9,7 +9,9 @@ is cached per role, so a describe is one round trip. A coordinator that moved
 is looked up again; one still loading (14) or finishing a transaction (51
 CONCURRENT_TRANSACTIONS, InitProducerId only) is retried after a short backoff.
 Every call is bounded by the transport's operation timeout, in the caller's
-task: a describe of a started transport creates no task and takes no lock.
+task (`coordination.cancellation.within`, which also delivers a cancellation
+aiokafka's request dropped): a describe of a started transport creates no
+task and takes no lock.
 `warm` looks a role's coordinator up ahead of need, in the background: a new
 leader's resignation starts with a describe and a conditional bump, and
 without it the client's start and the lookup (about 6 ms on one machine)
@@ -29,6 +31,7 @@ from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
     CoordinationType,
 )
 
+from coordination.cancellation import within
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from coordination.kafka.lifecycle import start_bounded, stop_client
 from coordination.kafka.options import ClientOptions
@@ -180,11 +183,10 @@ class TransactionCoordinators:
             return self._client
 
     async def _bounded(self, work: Awaitable[T], what: str) -> T:
-        # asyncio.timeout runs `work` in the caller's task; wait_for would
-        # create a task per call, on the path of every authority check.
+        # In the caller's task (`within`): a task per call would be on the
+        # path of every authority check.
         try:
-            async with asyncio.timeout(self._timeout):
-                return await work
+            return await within(work, self._timeout)
         except TimeoutError as exc:
             raise KafkaUnavailableError(
                 f"{what}: no answer from the transaction coordinator within "

@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from coordination.cancellation import bounded, cancel_and_wait
+from coordination.cancellation import bounded, cancel_and_wait, within
 from coordination.follower import Tailing
 from coordination.watch import RoleWatch
 from tests.support.loop import run_ready_callbacks
@@ -141,3 +141,28 @@ async def test_a_cancelled_bounded_call_cancels_its_work_and_waits_for_its_end()
     await asyncio.wait({calling})
     assert calling.cancelled()
     assert stages == ["cancelled", "cleaned up"]
+
+
+async def _answers_through_wait_for() -> int:
+    # What aiokafka's requests do inside (AIOKafkaConnection.send): Python
+    # 3.11's wait_for can return the answer and drop a cancellation.
+    return await asyncio.wait_for(_answers_at_once(), 10)
+
+
+@pytest.mark.parametrize("rounds", range(1, 7))
+async def test_a_call_within_a_bound_cancelled_at_any_instant_ends_cancelled(rounds):
+    calling = asyncio.create_task(within(_answers_through_wait_for(), 10))
+    await run_ready_callbacks(rounds)
+    if calling.done():
+        assert calling.result() == 42
+        return
+    calling.cancel()
+    await asyncio.wait({calling})
+    assert calling.cancelled()
+
+
+async def test_a_call_within_a_bound_gives_the_result_in_time_and_a_timeout_error_after():
+    assert await within(_answers_at_once(), 10) == 42
+    with pytest.raises(TimeoutError):
+        await within(asyncio.Event().wait(), 0.01)
+    assert asyncio.current_task().cancelling() == 0  # the bound's own cancel was taken back
