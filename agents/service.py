@@ -38,6 +38,7 @@ from mode import Service
 from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
+from coordination.cancellation import bounded
 
 __all__ = ["RoleService", "install"]
 
@@ -74,7 +75,10 @@ class RoleService(Service):
     async def _connect_and_run(self) -> None:
         ctx = self.ctx
         try:
-            await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_WAIT)
+            # `bounded`, not wait_for: a stop cancelling this task as the
+            # assignment arrives must not be lost, or the runners would start
+            # while the worker resigns.
+            await bounded(self._assigned.wait(), ASSIGNMENT_WAIT)
         except TimeoutError:
             log.warning("no partition assignment within %.0f s; standing for the roles anyway",
                         ASSIGNMENT_WAIT)
