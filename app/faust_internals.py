@@ -55,6 +55,9 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._consumer",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",
     "aiokafka.consumer.fetcher:Fetcher._prefetch_backoff",
+    # A connection lost during FindCoordinator is retried (patch 8).
+    "aiokafka.producer.sender:Sender._find_coordinator",
+    "aiokafka.producer.sender:Sender._retry_backoff",
     # The fold's committed offsets, for its lag in GET /ready (app.health).
     "faust.transport.consumer:Consumer._committed_offset",
     # Faust's Prometheus sensor on the worker's own registry (app.metrics): the

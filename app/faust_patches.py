@@ -1,4 +1,5 @@
-"""Patches for eight faust-streaming 0.15.3 bugs and two of its slow paths, applied
+"""Patches for eight faust-streaming 0.15.3 bugs, two of its slow paths and one
+aiokafka 0.14 bug, applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -141,6 +142,19 @@ reached the fold agent p99 100 ms after it was written, 16 % of them after
 such a wait; with no backoff, p99 30 ms. A partition whose records are
 still held is left out of the next fetch either way, so no backoff fetches
 nothing twice; it only stops one partition from holding back the others.
+
+8. A connection lost during FindCoordinator kills a transactional producer
+(aiokafka 0.14, not Faust). ``Sender._find_coordinator`` retries a
+coordinator not available and a node not ready, but re-raises a connection
+that closes in the middle of the request (a broker restarting) as a plain
+``KafkaError``. That ends the producer's sender task: the producer can never
+send again, Faust's next commit raises, the consumer crashes and the worker
+exits. Seen in ``tests/app/test_app_ready_broker.py``: the worker crashed
+just after its broker came back. The lookup is now retried as aiokafka
+retries a node not ready: a metadata update, the retry backoff, and again.
+It is installed on aiokafka's ``Sender``, so it holds for every producer of
+the worker's process, the coordination's role producers included (the
+library itself patches nothing globally).
 """
 
 from __future__ import annotations
@@ -152,7 +166,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import faust
-from aiokafka.errors import IllegalOperation
+from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
+from aiokafka.producer.sender import Sender
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
@@ -269,6 +284,22 @@ def no_fetch_backoff(consumer: Any) -> None:
     them still holds records (`FETCH_BACKOFF`); the fetcher reads the value at each
     fetch, and exists only once the consumer has started."""
     consumer._fetcher._prefetch_backoff = FETCH_BACKOFF
+
+
+_original_find_coordinator = Sender._find_coordinator
+
+
+async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str) -> Any:
+    """aiokafka's ``Sender._find_coordinator``, retrying a connection lost during
+    the lookup (patch 8)."""
+    while True:
+        try:
+            return await _original_find_coordinator(self, coordinator_type, coordinator_key)
+        except KafkaError as exc:
+            if not isinstance(exc.__cause__, KafkaConnectionError):
+                raise
+        await self.client.force_metadata_update()
+        await asyncio.sleep(self._retry_backoff)
 
 
 _original_recovery_wait = faust_recovery.Recovery._wait
@@ -399,6 +430,7 @@ def apply() -> None:
     faust_aiokafka.Producer.flush = _flush  # type: ignore[method-assign]
     ProducerBuffer._send_pending = _send_pending  # type: ignore[method-assign]
     thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
+    Sender._find_coordinator = _find_coordinator  # type: ignore[method-assign]
     _patch_recovery(faust.__version__)
     setattr(thread, _APPLIED, True)
 

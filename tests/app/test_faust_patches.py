@@ -12,9 +12,16 @@ import types
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import CoordinationType
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.subscription_state import SubscriptionState
-from aiokafka.errors import IllegalOperation
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    IllegalOperation,
+    KafkaConnectionError,
+    KafkaError,
+)
+from aiokafka.producer.sender import Sender
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
@@ -250,6 +257,7 @@ def test_the_installed_faust_is_patched():
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
     assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
+    assert Sender._find_coordinator is faust_patches._find_coordinator
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -551,3 +559,63 @@ async def test_the_consumer_thread_s_consumer_fetches_without_backoff_once_start
     monkeypatch.setattr(faust_patches, "_original_consumer_thread_on_start", start)
     await faust_patches._consumer_thread_on_start(types.SimpleNamespace())
     assert consumer._fetcher._prefetch_backoff == faust_patches.FETCH_BACKOFF == 0.0
+
+
+# --- a connection lost during FindCoordinator is retried (patch 8) ---------------
+
+
+class _ResettingClient:
+    """A client whose first coordinator lookup loses its connection mid-request."""
+
+    def __init__(self, resets: int) -> None:
+        self.resets = resets
+        self.lookups = 0
+        self.metadata_updates = 0
+
+    async def coordinator_lookup(self, coordinator_type, coordinator_key):
+        self.lookups += 1
+        if self.lookups <= self.resets:
+            raise KafkaConnectionError("Connection at 127.0.0.1:9092 closed")
+        return 1
+
+    def force_metadata_update(self):
+        self.metadata_updates += 1
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
+
+    async def ready(self, node_id, group=None):
+        return True
+
+
+def _sender(client) -> Sender:
+    txn_manager = types.SimpleNamespace(transactional_id="app-0-1")
+    return Sender(client, acks=-1, txn_manager=txn_manager, message_accumulator=None,
+                  retry_backoff_ms=1, request_timeout_ms=1000)
+
+
+async def test_a_coordinator_lookup_whose_connection_was_lost_is_retried():
+    faust_patches.apply()
+    client = _ResettingClient(resets=2)
+    node = await _sender(client)._find_coordinator(CoordinationType.GROUP, "app")
+    assert node == 1
+    assert client.lookups == 3
+    assert client.metadata_updates >= 2
+
+
+async def test_unpatched_aiokafka_lets_a_lost_connection_end_the_lookup():
+    client = _ResettingClient(resets=1)
+    with pytest.raises(KafkaError):
+        await faust_patches._original_find_coordinator(_sender(client), CoordinationType.GROUP,
+                                                       "app")
+
+
+async def test_other_lookup_failures_are_raised_as_before():
+    faust_patches.apply()
+
+    class _Refusing(_ResettingClient):
+        async def coordinator_lookup(self, coordinator_type, coordinator_key):
+            raise GroupAuthorizationFailedError()
+
+    with pytest.raises(GroupAuthorizationFailedError):
+        await _sender(_Refusing(0))._find_coordinator(CoordinationType.GROUP, "app")
