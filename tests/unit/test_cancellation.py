@@ -25,9 +25,9 @@ async def test_a_caller_cancelled_while_a_child_stops_is_cancelled_too():
             await release.wait()  # its clean-up takes a while
 
     child = asyncio.create_task(slow_to_stop())
-    await asyncio.sleep(0)
+    await run_ready_callbacks(1)
     caller = asyncio.create_task(cancel_and_wait(child))
-    await asyncio.sleep(0)
+    await run_ready_callbacks(1)
     caller.cancel()
     await asyncio.wait({caller})
     assert caller.cancelled()
@@ -44,7 +44,7 @@ async def test_the_childs_error_is_retrieved_and_not_raised(caplog):
             raise RuntimeError("clean-up failed") from None
 
     child = asyncio.create_task(fails_on_cancel())
-    await asyncio.sleep(0)
+    await run_ready_callbacks(1)
     await cancel_and_wait(child)
     assert isinstance(child.exception(), RuntimeError)
     del child
@@ -60,7 +60,7 @@ async def _tailing_with_a_pending_read() -> Tailing:
     transport = Cluster().transport()
     tailing = Tailing()
     await tailing.start(transport.tail(0, 0))
-    while await tailing.next_or(asyncio.sleep(0)) is not None:
+    while await tailing.next_or(run_ready_callbacks(1)) is not None:
         pass  # what the tail has now; then a read stays pending
     return tailing
 
@@ -68,7 +68,7 @@ async def _tailing_with_a_pending_read() -> Tailing:
 async def test_a_task_cancelled_while_it_closes_a_tail_ends_cancelled():
     tailing = await _tailing_with_a_pending_read()
     closing = asyncio.create_task(tailing.close())
-    await asyncio.sleep(0)  # it has cancelled the pending read and waits for it
+    await run_ready_callbacks(1)  # it has cancelled the pending read and waits for it
     closing.cancel()
     await asyncio.wait({closing})
     assert closing.cancelled()
@@ -80,11 +80,11 @@ async def test_a_task_cancelled_while_it_closes_a_watch_ends_cancelled():
     watch = RoleWatch(cluster.transport(), partitions=cluster.partitions)
     await watch.start()
     iterating = asyncio.ensure_future(watch.__anext__())
-    await asyncio.sleep(0)  # it waits on each partition's tail
+    await run_ready_callbacks(1)  # it waits on each partition's tail
     iterating.cancel()  # the tails' reads stay pending
     await asyncio.wait({iterating})
     closing = asyncio.create_task(watch.aclose())
-    await asyncio.sleep(0)
+    await run_ready_callbacks(1)
     closing.cancel()
     await asyncio.wait({closing})
     assert closing.cancelled()
@@ -93,7 +93,7 @@ async def test_a_task_cancelled_while_it_closes_a_watch_ends_cancelled():
 
 
 async def _answers_at_once() -> int:
-    await asyncio.sleep(0)
+    await run_ready_callbacks(1)
     return 42
 
 
@@ -120,7 +120,7 @@ async def test_a_cancelled_bounded_call_cancels_its_work_and_waits_for_its_end()
             await asyncio.Event().wait()
         finally:
             stages.append("cancelled")
-            await asyncio.sleep(0)
+            await run_ready_callbacks(1)
             stages.append("cleaned up")
 
     calling = asyncio.create_task(bounded(slow_clean_up(), 10))
