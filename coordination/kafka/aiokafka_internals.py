@@ -4,7 +4,8 @@ The adapter goes beyond aiokafka's public API where that API cannot do the
 job: it closes clients by hand when a bounded ``stop()`` did not finish
 (`coordination.kafka.lifecycle`), drives the producer's transaction manager
 itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
-consumer's position without awaiting (`coordination.kafka.positions`), sends
+consumer's position without awaiting and wakes on its Fetch responses
+(`coordination.kafka.positions`), sends
 requests aiokafka does not define (`coordination.kafka.protocol`), starts a prepared producer's
 network client apart from its sender (`coordination.kafka.prepared`), retries
 CONCURRENT_TRANSACTIONS sooner than aiokafka does (`coordination.kafka.prompt_retry`) and watches
@@ -82,6 +83,8 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.consumer.consumer:AIOKafkaConsumer._subscription",
     "aiokafka.consumer.fetcher:Fetcher._fetch_task",
     "aiokafka.consumer.fetcher:Fetcher._pending_tasks",
+    # A read wakes on every Fetch response (`coordination.kafka.positions.answers`).
+    "aiokafka.consumer.fetcher:Fetcher._proc_fetch_request",
     "aiokafka.consumer.subscription_state:SubscriptionState.subscription",
     "aiokafka.consumer.subscription_state:Subscription.assignment",
     "aiokafka.consumer.subscription_state:Assignment.state_value",

@@ -24,6 +24,11 @@ control markers are skipped by aiokafka's read_committed fetcher. The
 consumer fetches with ``fetch_max_wait_ms=0`` (the broker answers at once,
 also for an empty partition) and pauses its partitions between reads so it
 does not poll.
+
+A read looks at the marks after every Fetch response (`positions.answers`),
+not after a poll interval: aiokafka's ``getmany`` wakes only for records, so
+a read of a partition with nothing new (a standby that already folded what
+its tail delivered, on every handover) used to wait out the whole poll.
 """
 
 from __future__ import annotations
@@ -39,15 +44,11 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignor
 from coordination.cancellation import bounded
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from coordination.kafka.lifecycle import stop_consumer
-from coordination.kafka.positions import marks, position
+from coordination.kafka.positions import answers, marks, position
 from coordination.state import Record
 from coordination.transport import PartitionRead
 
 __all__ = ["PartitionReader"]
-
-POLL_MS = 5
-"""How often a read looks at the stable offset when no records arrive."""
-
 
 @dataclass(eq=False)
 class _Ask:
@@ -77,6 +78,7 @@ class PartitionReader:
     ) -> None:
         self._new_consumer = consumer
         self._consumer: Any = None
+        self._answered = asyncio.Event()
         self._timeout = timeout
         self._queued: dict[Any, _Ask] = {}
         self._runner: asyncio.Task[None] | None = None
@@ -137,7 +139,9 @@ class PartitionReader:
 
     async def _read(self, starts: dict[Any, int]) -> dict[Any, PartitionRead]:
         if self._consumer is None:
-            self._consumer = await self._new_consumer()
+            consumer = await self._new_consumer()
+            self._answered = answers(consumer)
+            self._consumer = consumer
         consumer = self._consumer
         tps = list(starts)
         consumer.assign(tps)
@@ -149,8 +153,13 @@ class PartitionReader:
         reads: dict[Any, PartitionRead] = {}
         pending = set(tps)
         try:
-            while pending:
-                batch = await consumer.getmany(*pending, timeout_ms=POLL_MS)
+            while True:
+                # Cleared before the drain: a response taken in after it sets
+                # the event again, so the wait below never misses one. With
+                # fetch_max_wait_ms=0 the fetcher asks again at once, so another
+                # response always comes (the read's timeout bounds an outage).
+                self._answered.clear()
+                batch = await consumer.getmany(*pending, timeout_ms=0)
                 for tp, messages in batch.items():
                     records[tp].extend(
                         Record(m.offset, m.key or b"", m.value, m.timestamp) for m in messages
@@ -162,6 +171,9 @@ class PartitionReader:
                         reads[tp] = PartitionRead(records[tp], lso, hw)
                         pending.discard(tp)
                         consumer.pause(tp)
+                if not pending:
+                    break
+                await self._answered.wait()
         finally:
             consumer.pause(*tps)
         return reads

@@ -226,6 +226,28 @@ async def test_reads_of_one_partition_from_different_offsets_share_one_fetch(
     assert [list(starts.values()) for starts in started] == [[offsets[1]]]
 
 
+async def test_a_read_with_nothing_new_ends_with_the_fetch_that_shows_it(
+    transport, role, monkeypatch
+):
+    """A standby that already folded what its tail delivered reads from the
+    stable offset and finds nothing new, on every handover. aiokafka's getmany
+    wakes only for records, so the read must end on the Fetch response that
+    shows the end, not wait for records that are not coming."""
+    await transport.append(0, *registration_record(role, "a"))
+    end = (await stable_read(transport, 0)).last_stable_offset
+    consumer = transport._reader._consumer
+    drain = consumer.getmany
+
+    async def wakes_only_for_records(*tps: Any, timeout_ms: int = 0) -> Any:
+        if timeout_ms:
+            await asyncio.sleep(2 * DEADLINE)  # no record is coming
+        return await drain(*tps, timeout_ms=0)
+
+    monkeypatch.setattr(consumer, "getmany", wakes_only_for_records)
+    read = await asyncio.wait_for(transport.read_partition(0, end), DEADLINE)
+    assert (read.records, read.last_stable_offset) == ([], end)
+
+
 async def test_term_reads_and_tails_share_the_state_topics_consumers(
     transports, role, monkeypatch
 ):
