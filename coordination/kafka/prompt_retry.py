@@ -1,4 +1,4 @@
-"""A role producer retries CONCURRENT_TRANSACTIONS after 2 ms, doubling, not a flat 20 ms.
+"""A role producer retries CONCURRENT_TRANSACTIONS after 0.5 ms, doubling, not a flat 20 ms.
 
 The transaction coordinator answers CONCURRENT_TRANSACTIONS (51) while a
 transactional id's previous transaction is still completing. Two moments of
@@ -10,14 +10,17 @@ every failover meet it:
 * after a crash, the successor's InitProducerId must first abort the dead
   leader's open transaction.
 
-Completing takes a few milliseconds on a healthy cluster. aiokafka waits a
+Completing takes one to a few milliseconds on a healthy cluster, so the
+first retry comes after half a millisecond: starting at 2 ms left a new
+leader's first guarded write waiting about a millisecond longer than the
+markers took (docs/decisions.md). aiokafka waits a
 flat 20 ms before it asks again (its ``BACKOFF_OVERRIDE`` for the first case,
 the producer's ``retry_backoff_ms`` for the second), and has no setting for
 either: the bench's logs showed these 20 ms steps in the tails of handover
 and failover. `make_prompt` gives one role producer's sender handlers that
-retry those two answers after 2, 4, 8 and 16 ms, then after aiokafka's own
-backoff: after the first four retries it asks no more often than aiokafka
-would, so a transaction that stays incomplete (a partition leader gone) does
+retry those two answers after 0.5, 1, 2, 4, 8 and 16 ms, then after
+aiokafka's own backoff: after the first six retries it asks no more often
+than aiokafka would, so a transaction that stays incomplete (a partition leader gone) does
 not become a flood of requests. Every other answer, and every other
 producer, keeps aiokafka's behaviour.
 
@@ -36,7 +39,7 @@ from coordination.kafka.protocol import CONCURRENT_TRANSACTIONS
 
 __all__ = ["FIRST_RETRY", "RetrySchedule", "make_prompt"]
 
-FIRST_RETRY = 0.002
+FIRST_RETRY = 0.0005
 """Seconds before the first retry of a CONCURRENT_TRANSACTIONS answer."""
 
 

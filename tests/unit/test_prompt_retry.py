@@ -100,16 +100,16 @@ def minted(*codes: int) -> list[Any]:
     return [SimpleNamespace(error_code=code, producer_id=7, producer_epoch=3) for code in codes]
 
 
-async def test_a_transaction_begun_while_the_last_one_completes_is_retried_after_2_4_8_16_ms(
+async def test_a_transaction_begun_while_the_last_one_completes_is_retried_after_half_a_ms_doubling(
     waits: Waits, role_sender: Callable[[list[Any]], Any],
 ) -> None:
-    sender = role_sender(added(*[CONCURRENT_TRANSACTIONS] * 6, 0))
+    sender = role_sender(added(*[CONCURRENT_TRANSACTIONS] * 8, 0))
     sender._txn_manager.set_pid_and_epoch(7, 0)
     begin_writing(sender)
-    outcomes = [await sender._do_add_partitions_to_txn({PARTITION}) for _ in range(7)]
-    assert outcomes == [False] * 6 + [True]
-    assert waits.seconds == pytest.approx([0.002, 0.004, 0.008, 0.016, AIOKAFKA_WAIT,
-                                           AIOKAFKA_WAIT])
+    outcomes = [await sender._do_add_partitions_to_txn({PARTITION}) for _ in range(9)]
+    assert outcomes == [False] * 8 + [True]
+    assert waits.seconds == pytest.approx([0.0005, 0.001, 0.002, 0.004, 0.008, 0.016,
+                                           AIOKAFKA_WAIT, AIOKAFKA_WAIT])
 
 
 async def test_the_prompt_retries_start_again_after_the_partition_is_added(
@@ -126,7 +126,7 @@ async def test_the_prompt_retries_start_again_after_the_partition_is_added(
     sender.client.send = answers(added(CONCURRENT_TRANSACTIONS, 0))
     for _ in range(2):
         await sender._do_add_partitions_to_txn({PARTITION})
-    assert waits.seconds == pytest.approx([0.002, 0.004, 0.002])
+    assert waits.seconds == pytest.approx([0.0005, 0.001, 0.0005])
 
 
 async def test_other_answers_to_add_partitions_keep_aiokafkas_wait(
@@ -146,7 +146,7 @@ async def test_an_epoch_minted_while_the_dead_leaders_transaction_aborts_is_aske
     sender = role_sender(minted(CONCURRENT_TRANSACTIONS, CONCURRENT_TRANSACTIONS, 0))
     outcomes = [await sender._do_init_pid(1) for _ in range(3)]
     assert outcomes == [False, False, True]
-    assert waits.seconds == pytest.approx([0.002, 0.004])
+    assert waits.seconds == pytest.approx([0.0005, 0.001])
     assert (sender._txn_manager.producer_id, sender._txn_manager.producer_epoch) == (7, 3)
 
 
