@@ -251,13 +251,11 @@ class Settings:
 
         In term mode they are the topics its leader may write, each barriered
         with the term; in epoch mode the broker fences every topic through the
-        role's producer, so they only name the Write ACLs the start-up check
-        asks for (`app.access`).
+        role's producer, so they are the topics whose metadata the standby
+        first in line reads ahead (`LeadershipOptions.outputs`). In both they
+        name the Write ACLs the start-up check asks for (`app.access`).
         """
-        options = self.leadership_options
-        if not self.term_mode:
-            return options
-        return replace(options, outputs=tuple(outputs))
+        return replace(self.leadership_options, outputs=tuple(outputs))
 
     @property
     def datadir(self) -> Path:

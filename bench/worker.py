@@ -195,8 +195,9 @@ async def run_krabka(w: Worker) -> None:
         transport.begin_transaction = paused_begin  # type: ignore[method-assign]
 
     reporter = Reporter()
-    # Term mode declares the output: the tenure barriers it before its first write.
-    outputs = (a.output,) if a.fencing == "term" else ()
+    # The output is declared in both modes: term mode barriers it before the
+    # tenure's first write; in epoch mode the standby reads its metadata ahead.
+    outputs = (a.output,)
     async with KafkaTransport(a.bootstrap_servers, topic=a.state_topic,
                               terms_topic=a.terms_topic,
                               tail_wait_ms=a.tail_wait_ms) as transport:

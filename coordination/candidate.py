@@ -170,7 +170,7 @@ class _Candidate:
         first = challenger_index(state, self.member, self.options.placement) == 0
         if first and not self.prepared:
             await self.transport.prepare_epoch(self.role, self.options.lease_duration,
-                                               self.partition)
+                                               self.partition, self.options.outputs)
         elif self.prepared and not first:
             await self.transport.discard_prepared(self.role)
         self.prepared = first

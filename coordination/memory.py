@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -520,6 +520,8 @@ class MemoryTransport:
         # Roles whose producer `prepare_epoch` got ready: nothing to connect
         # in memory, but what a candidate asked for is visible to its tests.
         self.prepared: set[str] = set()
+        # The outputs each role's latest preparation was asked to read ahead.
+        self.prepared_outputs: dict[str, tuple[str, ...]] = {}
 
     async def __aenter__(self) -> MemoryTransport:
         return self
@@ -560,11 +562,13 @@ class MemoryTransport:
             raise
         return token
 
-    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
+                            outputs: Collection[str] = ()) -> None:
         """Mints nothing; records that `role`'s producer was asked to get ready."""
         if not transaction_timeout > 0:
             raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
         self.prepared.add(role)
+        self.prepared_outputs[role] = tuple(outputs)
 
     async def discard_prepared(self, role: str) -> None:
         self.prepared.discard(role)

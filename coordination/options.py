@@ -51,9 +51,16 @@ class LeadershipOptions:
     readers, from claims on the terms topic (docs/term-mode.md). In term
     mode `lease_duration` is the election timeout (a standby claims after
     that long without a sign of life from the leader) and `renew_interval`
-    the heartbeat interval; `outputs` are the topics the leader may write
-    to, each of which gets a term barrier before the tenure's first record.
-    Every member of a role must use the same fencing mode.
+    the heartbeat interval. Every member of a role must use the same
+    fencing mode.
+
+    `outputs` are the topics the leader writes to. In term mode they are the
+    only topics it may write, and each gets a term barrier before the
+    tenure's first record. In epoch mode the broker fences every topic
+    through the role's producer, so they are only a hint: the standby first
+    in line reads their metadata while it waits, so the first guarded write
+    after a takeover does not wait for a Metadata request, and writing to
+    another topic still works.
     """
 
     partitions: int = defaults.PARTITIONS
@@ -74,10 +81,6 @@ class LeadershipOptions:
         for topic in self.outputs:
             if not isinstance(topic, str) or not topic:
                 raise ValueError(f"an output topic must be a non-empty string, got {topic!r}")
-        if self.outputs and self.fencing != "term":
-            raise ValueError("outputs= declares a term-mode leader's topics; epoch mode "
-                             "fences every topic through the role's producer: drop outputs= "
-                             "or pass fencing='term'")
         if self.partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {self.partitions}")
         if not self.lease_duration > 0:

@@ -10,6 +10,7 @@ Epoch mode uses the first four; term mode (docs/term-mode.md) uses
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,13 +68,16 @@ class Coordinator(Protocol):
         """
         ...
 
-    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
+                            outputs: Collection[str] = ()) -> None:
         """Get ready for a later `acquire_epoch` of `role`; mint nothing.
 
         A standby first in line calls it while it waits, so that its
         challenge waits only for InitProducerId (on Kafka: the producer is
         connected, the role's coordinator found, `partition`'s leader
-        reached). It returns at once. It raises only what any call of the
+        reached), and its first guarded write to one of `outputs` for no
+        metadata (on Kafka: their metadata read, their leaders reached; a
+        missing output is no error). It returns at once. It raises only what any call of the
         transport raises before it starts (a bad timeout, a closed
         transport, a missing state topic); the preparation itself runs in
         the background, and one that failed or is not ready is simply not

@@ -114,9 +114,10 @@ async def serve(args: argparse.Namespace) -> int:
     if args.create_topics:
         await create_topics(args.bootstrap_servers, args.topic, args.terms_topic, args.output,
                             args.partitions)
-    # Term mode's leader writes only to the topics it declares (each gets the
-    # term's barriers); epoch mode's producer fences every topic.
-    outputs = (args.output,) if args.fencing == "term" else ()
+    # The topics the leader writes. Term mode's leader writes only to these
+    # (each gets the term's barriers); epoch mode's producer fences every
+    # topic, and a standby reads these topics' metadata ahead of its takeover.
+    outputs = (args.output,)
     options = LeadershipOptions(args.partitions, args.lease, args.renew, args.stagger,
                                 fencing=args.fencing, outputs=outputs)
     async with KafkaTransport(args.bootstrap_servers, topic=args.topic,

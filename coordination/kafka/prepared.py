@@ -7,9 +7,11 @@ Only the last one must wait for the challenge: the first three read and
 change nothing. A standby first in line for a role therefore has this
 transport prepare its producer while it waits (`PreparedProducers.prepare`):
 the producer is built with the role's ``transactional_id`` and transaction
-timeout, bootstrapped, the state topic's metadata read, its coordinator
-found and its connections to the coordinator and to the state partition's
-leader opened. No InitProducerId is
+timeout, bootstrapped, the state topic's metadata read (with the metadata
+of the role's declared outputs, so that the new leader's first guarded
+write does not wait for a Metadata request), its coordinator found and its
+connections to the coordinator, to the state partition's leader and to the
+outputs' leaders opened. No InitProducerId is
 sent, so no epoch moves and nobody is fenced. When the challenge comes,
 `take` hands the producer over and ``acquire_epoch`` starts only its sender,
 whose first act is the InitProducerId (`start_prepared`).
@@ -70,7 +72,8 @@ class PreparedProducers:
         # and so that `close` can wait for them.
         self._closing: set[asyncio.Task[None]] = set()
 
-    def prepare(self, role: str, timeout_ms: int, partition: int) -> None:
+    def prepare(self, role: str, timeout_ms: int, partition: int,
+                outputs: tuple[str, ...] = ()) -> None:
         """Start preparing `role`'s producer in the background (nothing if already so)."""
         if self._limit == 0:
             return
@@ -81,7 +84,7 @@ class PreparedProducers:
         while len(self._by_role) >= self._limit:
             self.discard(next(iter(self._by_role)))
         producer = self._build(role, timeout_ms)
-        task = asyncio.ensure_future(self._connect(role, producer, partition))
+        task = asyncio.ensure_future(self._connect(role, producer, partition, outputs))
         self._by_role[role] = _Preparation(producer, timeout_ms, task)
 
     def take(self, role: str, timeout_ms: int) -> Any | None:
@@ -124,9 +127,10 @@ class PreparedProducers:
     def __contains__(self, role: object) -> bool:
         return role in self._by_role
 
-    async def _connect(self, role: str, producer: Any, partition: int) -> None:
+    async def _connect(self, role: str, producer: Any, partition: int,
+                       outputs: tuple[str, ...]) -> None:
         try:
-            await bounded(self._warm(role, producer, partition), self._timeout)
+            await bounded(self._warm(role, producer, partition, outputs), self._timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -135,16 +139,25 @@ class PreparedProducers:
                      "starts one from scratch", role, exc)
             raise
 
-    async def _warm(self, role: str, producer: Any, partition: int) -> None:
+    async def _warm(self, role: str, producer: Any, partition: int,
+                    outputs: tuple[str, ...]) -> None:
         client = producer.client
         await client.bootstrap()
         # aiokafka's bootstrap asks for no topic's metadata (an empty list on
-        # Metadata v1+): the state topic's is read now, not at the first lease.
+        # Metadata v1+): the state topic's is read now, not at the first lease,
+        # in the same request as the outputs' (the topics the client tracks).
+        # A missing output is only absent from the answer: its first write
+        # then asks again, as it would have without the preparation.
+        client.set_topics([self._topic, *outputs])
         await producer.partitions_for(self._topic)
         await producer._sender._find_coordinator(CoordinationType.TRANSACTION, role)
-        leader = client.cluster.leader_for_partition(TopicPartition(self._topic, partition))
-        if leader is not None and leader >= 0:
-            await client.ready(leader)
+        leaders = {client.cluster.leader_for_partition(TopicPartition(self._topic, partition))}
+        for topic in outputs:
+            for index in client.cluster.partitions_for_topic(topic) or ():
+                leaders.add(client.cluster.leader_for_partition(TopicPartition(topic, index)))
+        for leader in leaders:
+            if leader is not None and leader >= 0:
+                await client.ready(leader)
 
     @staticmethod
     async def _close(held: _Preparation) -> None:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -266,9 +266,12 @@ class KafkaTransport:
             log.debug("%s: acquired %s", role, owner.token)
             return owner.token
 
-    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
+                            outputs: Collection[str] = ()) -> None:
         """Connect `role`'s producer now so that a later `acquire_epoch` waits only
-        for InitProducerId (`coordination.kafka.prepared`); mints nothing.
+        for InitProducerId, and read `outputs`' metadata so that the first
+        guarded write to them waits for none (`coordination.kafka.prepared`);
+        mints nothing.
 
         Returns at once: the preparation runs in the background and is
         dropped, at no cost to the challenge, if it fails or is not ready.
@@ -276,7 +279,7 @@ class KafkaTransport:
         self._check_open()
         timeout_ms = _timeout_ms(transaction_timeout)
         await self._require(self.topic, "state topic")  # the preparation reads its metadata
-        self._prepared.prepare(role, timeout_ms, partition)
+        self._prepared.prepare(role, timeout_ms, partition, tuple(outputs))
         # The tenure's resignation asks the coordinator over the raw client.
         self._coordinators.warm(role)
 

@@ -67,14 +67,13 @@ def test_impossible_settings_fail_at_start_up(env, message):
         Settings.from_env(env)
 
 
-def test_a_role_s_outputs_reach_its_options_in_term_mode_only():
+def test_a_role_s_outputs_reach_its_options_in_either_fencing_mode():
     term = Settings.from_env({"COORDINATION_FENCING": "term"})
     assert term.role_options(["out", "audit"]).outputs == ("out", "audit")
     assert term.role_options().fencing == "term"
+    # In epoch mode they are read ahead by the standby first in line.
     epoch = Settings.from_env({})
-    # Epoch mode fences every topic through the role's producer: the outputs
-    # only name Write ACLs for the start-up check.
-    assert epoch.role_options(["out"]).outputs == ()
+    assert epoch.role_options(["out"]).outputs == ("out",)
     assert epoch.role_options(["out"]).fencing == "epoch"
 
 

@@ -516,6 +516,18 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
     assert (await standby.describe_epoch(role)).token == minted
 
 
+async def test_a_preparation_reads_the_declared_outputs_metadata_and_a_missing_one_spoils_nothing(
+        transports, role, new_topic):
+    holder, standby = await transports(), await transports()
+    await holder.acquire_epoch(role, LEASE)
+    output = await new_topic(2, compacted=False)
+    await standby.prepare_epoch(role, LEASE, 0, (output, f"{output}-never-created"))
+    prepared = await prepared_and_ready(standby, role)
+    # The first guarded write to the output after the takeover asks for no metadata.
+    assert prepared.client.cluster.partitions_for_topic(output) == {0, 1}
+    assert prepared.client.cluster.partitions_for_topic(standby.topic)
+
+
 async def test_a_preparation_for_another_transaction_timeout_is_closed_not_used(
         transports, role):
     standby = await transports()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from coordination import (
@@ -334,10 +334,11 @@ class FaultyTransport:
         return await self._call("acquire_epoch", self.inner.acquire_epoch, role,
                                 transaction_timeout, current)
 
-    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int) -> None:
+    async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
+                            outputs: Collection[str] = ()) -> None:
         # Returns at once on every transport: no delay or pause point to add.
         self._alive()
-        await self.inner.prepare_epoch(role, transaction_timeout, partition)
+        await self.inner.prepare_epoch(role, transaction_timeout, partition, outputs)
 
     async def discard_prepared(self, role: str) -> None:
         self._alive()

@@ -78,3 +78,15 @@ async def test_a_standby_no_longer_first_in_line_discards_its_preparation():
     assert standby.prepared == set()
     waiting.cancel()
     newcomer.cancel()
+
+
+async def test_the_standby_first_in_line_prepares_its_declared_outputs_in_epoch_mode():
+    # Epoch mode fences every topic through the role's producer: outputs= is a
+    # hint there, read ahead so the first guarded write waits for no metadata.
+    cluster = Cluster()
+    await lead(cluster, "a")
+    standby = cluster.transport()
+    waiting = cluster.candidate("b", transport=standby, outputs=("invoices", "audit"))
+    await cluster.advance(LEASE)
+    assert standby.prepared_outputs == {"billing": ("invoices", "audit")}
+    waiting.cancel()

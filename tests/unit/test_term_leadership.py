@@ -19,7 +19,6 @@ from coordination import (
     TermLeadership,
     TermToken,
     UndeclaredTopicError,
-    acquire_leadership,
     claim_key,
     decode_term_header,
     encode_claim,
@@ -240,6 +239,3 @@ class ClaimsThenSignals(MemoryTransport):
         return offset
 
 
-def test_outputs_are_refused_in_epoch_mode_before_any_io():
-    with pytest.raises(ValueError, match="fencing='term'"):
-        asyncio.run(acquire_leadership(None, "billing", "a", outputs=["out"]))  # type: ignore[arg-type]
