@@ -77,6 +77,10 @@ def parser() -> argparse.ArgumentParser:
                    help="few trials and small sizes (all --quick: under 10 minutes)")
     p.add_argument("--trials", type=int, default=None,
                    help="trials per figure and system (default 30; 3 with --quick)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed graceful-handover trials per system before the timed ones, "
+                        "so the servers' JIT-compiled code is what is measured (default 60; "
+                        "0 with --quick); their times are kept apart in the results")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of krabka,etcd,zookeeper")
@@ -152,6 +156,9 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     trials = args.trials or (3 if args.quick else 30)
     bench = Bench(folder, trials, args.quick, Timing(args.lease, args.renew, args.stagger),
                   systems=[])
+    bench.warmup = args.warmup if args.warmup is not None else (0 if args.quick else 60)
+    if bench.warmup < 0:
+        raise SystemExit(f"--warmup must not be negative, got {bench.warmup}")
     bench.fencings = [f for f in FENCING_SYSTEMS if f in fencings]
     bench.write_interval = args.write_interval
     bench.tail_wait_ms = args.tail_wait_ms

@@ -58,6 +58,8 @@ class Bench:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     results: list[Result] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    warmup: int = 0
+    """Untimed graceful-handover trials per system before the timed ones."""
     write_interval: float = 0.1
     tail_wait_ms: int = 200
     scale_roles: list[int] = field(default_factory=lambda: [100, 1000])
@@ -82,6 +84,7 @@ class Bench:
         """The configuration recorded with each result."""
         return {"lease_s": self.timing.lease, "renew_s": self.timing.renew,
                 "stagger_s": self.timing.stagger, "trials": self.trials, "quick": self.quick,
+                "warmup_trials": self.warmup,
                 "versions": self.versions, **more}
 
     def active(self, wanted: tuple[str, ...] = SYSTEMS) -> list[str]:

@@ -28,9 +28,25 @@ from bench.stats import Result
 
 
 async def alternate(bench: Bench, figure: str, systems: list[str],
-                    trial: Callable[[str, int], Awaitable[None]]) -> dict[str, list[str]]:
-    """Run `trial(system, i)` for i in range(trials), systems alternating; failures kept."""
+                    trial: Callable[[str, int], Awaitable[None]], *,
+                    warmup: int = 0) -> dict[str, list[str]]:
+    """Run `trial(system, i)` for i in range(trials), systems alternating; failures kept.
+
+    With `warmup`, `warmup` rounds come first with i from -warmup to -1: the
+    trial is to keep what those measure apart (a fresh broker's JVM answers
+    the first hundred handovers about twice as slowly as a warmed one, and
+    ZooKeeper's runs on a JVM too). Their failures are printed, not kept.
+    """
     failures: dict[str, list[str]] = {s: [] for s in systems}
+    for i in range(-warmup, 0):
+        for system in systems if i % 2 == 0 else list(reversed(systems)):
+            try:
+                await asyncio.wait_for(trial(system, i), timeout=180)
+            except Exception as exc:
+                print(f"  [{figure}] {system} warm-up trial {i + warmup + 1} failed: {exc!r}"[:600],
+                      flush=True)
+        if i == -1 or (i + warmup + 1) % 10 == 0:
+            print(f"  [{figure}] warm-up {i + warmup + 1}/{warmup} done", flush=True)
     for i in range(bench.trials):
         order = systems if i % 2 == 0 else list(reversed(systems))
         for system in order:
@@ -189,6 +205,7 @@ async def graceful_handover(bench: Bench) -> None:
     handover: dict[str, list[float]] = {s: [] for s in systems}
     to_leading: dict[str, list[float]] = {s: [] for s in systems}
     resign_call: dict[str, list[float]] = {s: [] for s in systems}
+    warming: dict[str, list[float]] = {s: [] for s in systems}
 
     async def trial(system: str, i: int) -> None:
         a, b = await bench.pair(system, bench.role("handover", f"{system}-{i}"), output)
@@ -199,13 +216,16 @@ async def graceful_handover(bench: Bench) -> None:
             leading = await wait(b, "leading", 30)
             end = await wait(b, "wrote", 30) if fencing_of(system) else leading
             resigned = await wait(a, "resigned", 15)
+            if i < 0:
+                warming[system].append(end["t"] - resigning["t"])
+                return
             handover[system].append(end["t"] - resigning["t"])
             to_leading[system].append(leading["t"] - resigning["t"])
             resign_call[system].append(resigned["t"] - resigning["t"])
         finally:
             await stop(a, b)
 
-    failures = await alternate(bench, "graceful-handover", systems, trial)
+    failures = await alternate(bench, "graceful-handover", systems, trial, warmup=bench.warmup)
     for system in systems:
         bench.add(Result(
             "graceful-handover", system, "ms", handover[system],
@@ -213,7 +233,8 @@ async def graceful_handover(bench: Bench) -> None:
                          write_interval_s=bench.write_interval, fencing=fencing_of(system),
                          tail_wait_ms=bench.tail_wait_ms if fencing_of(system) else None),
             extra={"to_leading_ms": to_leading[system],
-                   "resign_call_ms": resign_call[system], "failures": failures[system]}))
+                   "resign_call_ms": resign_call[system], "failures": failures[system],
+                   "warmup_ms": warming[system]}))
 
 
 # --------------------------------------------------------------------------- crash-failover

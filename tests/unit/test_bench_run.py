@@ -32,3 +32,22 @@ def test_a_failing_figure_keeps_the_results_before_it_and_fails_the_run(
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["failed"] == {"codec": "RuntimeError('a broken figure')"}
     assert "figure codec FAILED" in capsys.readouterr().out
+
+
+async def test_warm_up_trials_run_first_untimed_and_their_failures_are_not_the_figures() -> None:
+    from types import SimpleNamespace
+
+    from bench.figures import alternate
+
+    calls: list[tuple[str, int]] = []
+
+    async def trial(system: str, i: int) -> None:
+        calls.append((system, i))
+        if i == -2 and system == "etcd":
+            raise RuntimeError("a cold server")
+
+    failures = await alternate(SimpleNamespace(trials=2), "graceful-handover",  # type: ignore[arg-type]
+                               ["krabka", "etcd"], trial, warmup=2)
+    assert calls == [("krabka", -2), ("etcd", -2), ("etcd", -1), ("krabka", -1),
+                     ("krabka", 0), ("etcd", 0), ("etcd", 1), ("krabka", 1)]
+    assert failures == {"krabka": [], "etcd": []}
