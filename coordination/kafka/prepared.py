@@ -11,7 +11,11 @@ timeout, bootstrapped, the state topic's metadata read (with the metadata
 of the role's declared outputs, so that the new leader's first guarded
 write does not wait for a Metadata request), its coordinator found and its
 connections to the coordinator, to the state partition's leader and to the
-outputs' leaders opened. No InitProducerId is
+outputs' leaders opened. An output is asked for only once it is known to
+exist (the transport's topic check, which cannot create a topic): aiokafka's
+own Metadata requests would create a missing one on a cluster that
+auto-creates topics, and a standby must not create what a leader might never
+write. No InitProducerId is
 sent, so no epoch moves and nobody is fenced. When the challenge comes,
 `take` hands the producer over and ``acquire_epoch`` starts only its sender,
 whose first act is the InitProducerId (`start_prepared`).
@@ -32,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,12 +63,13 @@ class _Preparation:
 class PreparedProducers:
     """At most `limit` role producers, each connected but not yet started."""
 
-    def __init__(self, build: Callable[[str, int], Any], *, topic: str, limit: int,
-                 timeout: float) -> None:
+    def __init__(self, build: Callable[[str, int], Any], *, topic: str,
+                 exists: Callable[[str], Awaitable[bool]], limit: int, timeout: float) -> None:
         if limit < 0:
             raise ValueError(f"the number of prepared producers must be >= 0, got {limit}")
         self._build = build
         self._topic = topic
+        self._exists = exists
         self._limit = limit
         self._timeout = timeout
         self._by_role: dict[str, _Preparation] = {}
@@ -145,14 +150,14 @@ class PreparedProducers:
         await client.bootstrap()
         # aiokafka's bootstrap asks for no topic's metadata (an empty list on
         # Metadata v1+): the state topic's is read now, not at the first lease,
-        # in the same request as the outputs' (the topics the client tracks).
-        # A missing output is only absent from the answer: its first write
-        # then asks again, as it would have without the preparation.
-        client.set_topics([self._topic, *outputs])
+        # in the same request as the existing outputs' (the topics the client
+        # tracks). A missing output is left out: its first write asks for it.
+        present = [topic for topic in outputs if await self._exists(topic)]
+        client.set_topics([self._topic, *present])
         await producer.partitions_for(self._topic)
         await producer._sender._find_coordinator(CoordinationType.TRANSACTION, role)
         leaders = {client.cluster.leader_for_partition(TopicPartition(self._topic, partition))}
-        for topic in outputs:
+        for topic in present:
             for index in client.cluster.partitions_for_topic(topic) or ():
                 leaders.add(client.cluster.leader_for_partition(TopicPartition(topic, index)))
         for leader in leaders:

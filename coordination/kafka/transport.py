@@ -166,7 +166,7 @@ class KafkaTransport:
         self._reader = PartitionReader(lambda: self._new_consumer(0), timeout=operation_timeout)
         self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms))
         self._producers: dict[str, RoleProducer] = {}
-        self._prepared = PreparedProducers(self._role_producer, topic=topic,
+        self._prepared = PreparedProducers(self._role_producer, topic=topic, exists=self._exists,
                                            limit=prepared_producers, timeout=operation_timeout)
         # role -> (token, error) of its producer that retired itself (fenced, fatal)
         self._ended: dict[str, tuple[FencingToken, BaseException]] = {}
@@ -504,6 +504,14 @@ class KafkaTransport:
         if holder is not None:
             holder.rebind(bumped)
         return bumped
+
+    async def _exists(self, topic: str) -> bool:
+        """Whether `topic` exists, asked without creating it (remembered once it does)."""
+        if topic not in self._existing:
+            if not (await self._checker.facts(topic)).exists:
+                return False
+            self._existing.add(topic)
+        return True
 
     async def _require(self, topic: str, label: str) -> None:
         """`topic` exists (asked once per transport): no client may auto-create it.

@@ -21,6 +21,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import AIOKafkaConnection
+from aiokafka.protocol.metadata import MetadataRequest
 
 import coordination.kafka.transport as kafka_transport_module
 from coordination import (
@@ -516,16 +518,30 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
     assert (await standby.describe_epoch(role)).token == minted
 
 
-async def test_a_preparation_reads_the_declared_outputs_metadata_and_a_missing_one_spoils_nothing(
-        transports, role, new_topic):
+async def test_a_preparation_reads_the_declared_outputs_metadata_and_never_asks_for_a_missing_one(
+        transports, role, new_topic, monkeypatch):
+    """aiokafka's Metadata requests would create a missing topic on a cluster
+    that auto-creates topics: a standby must not create an output it may never write."""
+    asked: list[str] = []
+    send = AIOKafkaConnection.send
+
+    def recording(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # The topic checks ask without creating; aiokafka's clients ask creating.
+        if isinstance(request, MetadataRequest) and request._allow_auto_topic_creation is not False:
+            asked.extend(request._topics or ())
+        return send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(AIOKafkaConnection, "send", recording)
     holder, standby = await transports(), await transports()
     await holder.acquire_epoch(role, LEASE)
-    output = await new_topic(2, compacted=False)
-    await standby.prepare_epoch(role, LEASE, 0, (output, f"{output}-never-created"))
+    output, missing = await new_topic(2, compacted=False), f"kt-missing-{uuid.uuid4().hex[:8]}"
+    await standby.prepare_epoch(role, LEASE, 0, (output, missing))
     prepared = await prepared_and_ready(standby, role)
     # The first guarded write to the output after the takeover asks for no metadata.
     assert prepared.client.cluster.partitions_for_topic(output) == {0, 1}
     assert prepared.client.cluster.partitions_for_topic(standby.topic)
+    assert output in asked
+    assert missing not in asked
 
 
 async def test_a_preparation_for_another_transaction_timeout_is_closed_not_used(
