@@ -75,8 +75,8 @@ class ClientOptions:
     def producer(self, defaults: Mapping[str, Any] | None = None, **fixed: Any) -> dict[str, Any]:
         return self.for_class(AIOKafkaProducer, defaults, **fixed)
 
-    def consumer(self, **fixed: Any) -> dict[str, Any]:
-        return self.for_class(AIOKafkaConsumer, **fixed)
+    def consumer(self, defaults: Mapping[str, Any] | None = None, **fixed: Any) -> dict[str, Any]:
+        return self.for_class(AIOKafkaConsumer, defaults, **fixed)
 
     def admin(self) -> dict[str, Any]:
         return self.for_class(AIOKafkaAdminClient)

@@ -116,6 +116,17 @@ ROLE_PRODUCER_DEFAULTS = {
     "retry_backoff_ms": 20,
 }
 
+CONSUMER_DEFAULTS = {
+    # aiokafka's fetch routine, when a pass sends no Fetch, sleeps this long
+    # unless something wakes it. A pass can find its node still "in flight"
+    # because asyncio.wait returned the finished fetch task before that task's
+    # own done-callback cleared the node; nothing then wakes the routine. A
+    # standby's tail once sat 200 ms (the default) after an empty long poll,
+    # and its takeover came 200 ms late (docs/benchmarks.md). A short wait
+    # bounds that; it only runs when no fetch is in flight.
+    "consumer_timeout_ms": 10,
+}
+
 log = logging.getLogger("coordination.kafka")
 
 
@@ -557,6 +568,7 @@ class KafkaTransport:
 
     async def _new_consumer(self, fetch_max_wait_ms: int) -> Any:
         consumer = AIOKafkaConsumer(**self._options.consumer(
+            CONSUMER_DEFAULTS,
             group_id=None, isolation_level="read_committed", enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms,
         ))

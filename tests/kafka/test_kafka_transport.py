@@ -250,6 +250,29 @@ async def test_a_read_with_nothing_new_ends_with_the_fetch_that_shows_it(
     assert (read.records, read.last_stable_offset) == ([], end)
 
 
+async def test_the_transports_consumers_look_again_within_10_ms_when_a_pass_sent_no_fetch(
+    transports, role, monkeypatch
+):
+    """aiokafka's fetch routine sleeps consumer_timeout_ms after a pass that sent
+    no Fetch; one can find its node still in flight after a fetch finished, and
+    then a standby's tail sat idle 200 ms before it saw the tombstone. A user's
+    own setting is kept."""
+    waits: list[int] = []
+
+    class Recorded(AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            waits.append(kwargs["consumer_timeout_ms"])
+
+    monkeypatch.setattr(kafka_transport_module, "AIOKafkaConsumer", Recorded)
+    default, own = await transports(), await transports(consumer_timeout_ms=50)
+    for transport in (default, own):
+        await transport.read_partition(0)
+        tail = await transport.tail(1, 0)
+        await tail.close()
+    assert waits == [10, 10, 50, 50]
+
+
 async def test_term_reads_and_tails_share_the_state_topics_consumers(
     transports, role, monkeypatch
 ):
