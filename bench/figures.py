@@ -38,28 +38,26 @@ async def alternate(bench: Bench, figure: str, systems: list[str],
     ZooKeeper's runs on a JVM too). Their failures are printed, not kept.
     """
     failures: dict[str, list[str]] = {s: [] for s in systems}
-    for i in range(-warmup, 0):
-        for system in systems if i % 2 == 0 else list(reversed(systems)):
-            try:
-                await asyncio.wait_for(trial(system, i), timeout=180)
-            except Exception as exc:
-                print(f"  [{figure}] {system} warm-up trial {i + warmup + 1} failed: {exc!r}"[:600],
-                      flush=True)
-        if i == -1 or (i + warmup + 1) % 10 == 0:
-            print(f"  [{figure}] warm-up {i + warmup + 1}/{warmup} done", flush=True)
-    for i in range(bench.trials):
+    for i in range(-warmup, bench.trials):
         order = systems if i % 2 == 0 else list(reversed(systems))
         for system in order:
             started = time.monotonic()
             try:
                 await asyncio.wait_for(trial(system, i), timeout=180)
             except Exception as exc:
+                if i < 0:
+                    print(f"  [{figure}] {system} warm-up trial {i + warmup + 1} failed: "
+                          f"{exc!r}"[:600], flush=True)
+                    continue
                 failures[system].append(f"trial {i}: {exc!r}"[:400])
                 print(f"  [{figure}] {system} trial {i} failed: {exc!r}"[:600], flush=True)
                 traceback.print_exc(limit=3)
             else:
-                print(f"  [{figure}] {system} trial {i + 1}/{bench.trials} "
-                      f"({time.monotonic() - started:.1f} s)", flush=True)
+                if i >= 0:
+                    print(f"  [{figure}] {system} trial {i + 1}/{bench.trials} "
+                          f"({time.monotonic() - started:.1f} s)", flush=True)
+        if i < 0 and (i == -1 or (i + warmup + 1) % 10 == 0):
+            print(f"  [{figure}] warm-up {i + warmup + 1}/{warmup} done", flush=True)
     return failures
 
 

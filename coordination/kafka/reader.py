@@ -50,6 +50,7 @@ from coordination.transport import PartitionRead
 
 __all__ = ["PartitionReader"]
 
+
 @dataclass(eq=False)
 class _Ask:
     """The callers of one partition waiting for the next read, and where it starts."""

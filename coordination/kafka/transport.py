@@ -118,9 +118,10 @@ ROLE_PRODUCER_DEFAULTS = {
 
 CONSUMER_DEFAULTS = {
     # aiokafka's fetch routine, when a pass sends no Fetch, sleeps this long
-    # unless something wakes it. A pass can find its node still "in flight"
-    # because asyncio.wait returned the finished fetch task before that task's
-    # own done-callback cleared the node; nothing then wakes the routine. A
+    # unless something wakes it. As far as aiokafka's code tells, a pass can
+    # find its node still "in flight" when asyncio.wait returned the finished
+    # fetch task before that task's own done-callback cleared the node, and
+    # nothing then wakes the routine (not reproduced on demand). A
     # standby's tail once sat 200 ms (the default) after an empty long poll,
     # and its takeover came 200 ms late (docs/benchmarks.md). A short wait
     # bounds that; it only runs when no fetch is in flight.
@@ -529,9 +530,9 @@ class KafkaTransport:
 
         A missing one is the `StateTopicError` naming how to create it.
         """
-        if topic not in self._existing:
+        if not await self._exists(topic):
+            # A missing topic's facts are not cached: asked again for the error.
             require_topic(await self._checker.facts(topic), label)
-            self._existing.add(topic)
 
     async def _send_plain(
         self,
