@@ -3,8 +3,9 @@ worker's runners, fed with every hosted role's state and the live members.
 
 Started by the role service once its runners exist, when
 ``COORDINATION_PLACEMENT=balanced`` and ``COORDINATION_REBALANCE_INTERVAL``
-is not 0 (`Settings.rebalancing_off` says why not otherwise); every interval
-it plans and hands over at most one role (docs/design.md#rebalancing).
+is not 0 (`Settings.rebalancing_off` says why not otherwise); it plans and
+hands over at most one role at a time, planning again when that handover has
+landed or after an interval (docs/design.md#rebalancing).
 
 - **The roles' states** come from the state topic itself, not from the
   worker's table (`RoleStates`): the table holds only the partitions Faust
@@ -168,14 +169,12 @@ class WorkerRebalancing:
         await clock.sleep_until_monotonic(clock.monotonic_ms() + round(RETRY * 1000))
 
     async def _run(self) -> None:
-        clock = self.ctx.clock
-        interval_ms = round(self.rebalancer.interval * 1000)
         while True:
-            await clock.sleep_until_monotonic(clock.monotonic_ms() + interval_ms)
+            await self.rebalancer.next_turn()
             try:
                 await self.step()
             except Exception:  # a bug here must not end the worker's rebalancing for good
-                log.exception("rebalancing: a plan failed; planning again next interval")
+                log.exception("rebalancing: a plan failed; planning again next turn")
 
     async def step(self) -> Move | None:
         """Learn who is live, then plan and make at most one handover (none

@@ -104,8 +104,9 @@ class RoleService(Service):
         if off is None:
             self._rebalancing = WorkerRebalancing(ctx, transport)
             self._rebalancing.start()
-            log.info("member %s rebalances its balanced roles: at most one handover every "
-                     "%.1f s", member, ctx.settings.rebalance_interval)
+            log.info("member %s rebalances its balanced roles: one handover at a time, "
+                     "planning every %.1f s or once the last has landed", member,
+                     ctx.settings.rebalance_interval)
         elif ctx.settings.placement == "balanced":
             log.info("member %s does not rebalance: %s", member, off)
 

@@ -10,7 +10,11 @@ already has, a clean handover (docs/design.md#rebalancing):
 - The **fair share** is ``ceil(roles / live members)``, the roles being
   those this member sees (every member of a group hosts the same roles).
 - A member holding more than its fair share hands over surplus roles, **one
-  at a time**, at most one per `Rebalancer.interval`.
+  at a time**: it plans again once the last handover has **landed** (the
+  role leased by another member, in the states it plans from), or one
+  `Rebalancer.interval` after making it, whichever is first; with nothing in
+  flight it plans every interval. So the rate is bounded by the handover's
+  own round trip, and the plan never counts a role that is still moving.
 - A role is handed over only to its **successor**: the member its
   placement puts first among the others (`ordered_challengers` without the
   holder), which is who claims it at once after the resignation. So the
@@ -60,6 +64,9 @@ __all__ = ["Move", "Plan", "Rebalancer", "plan"]
 log = logging.getLogger("coordination.rebalance")
 
 MOVES_KEPT = 100
+LANDING_POLL = 0.02
+"""Seconds between looks at a handed role's state while its handover is in
+flight: a dictionary lookup, against a handover of tens of milliseconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +172,14 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
 class Rebalancer:
     """Enacts `member`'s rebalancing plans through its roles' runners.
 
-    Every `interval` seconds (on `clock`'s monotonic time) it plans from
-    `states()` and `live()`, keeps the plan in `last_plan`, and steps down
-    from the first planned role whose runner leads (keeping the registration,
-    so the member stays a candidate). One handover per interval bounds the
-    rate; choose an interval longer than the challenge stagger so each
-    handover has settled before the next plan counts it. A successor is
+    It plans from `states()` and `live()`, keeps the plan in `last_plan`, and
+    steps down from the first planned role whose runner leads (keeping the
+    registration, so the member stays a candidate). `next_turn` says when to
+    plan again: as soon as that handover has landed (another member leases
+    the role), else one `interval` (on `clock`'s monotonic time) after the
+    last plan. Choose an interval longer than the challenge stagger, so that
+    a handover whose successor died has landed on the next in order before
+    the next plan counts it. A successor is
     handed a role only once its registration for it is `settle` seconds old
     (`plan`'s `settle_ms`; one interval unless given): a member that joined
     with many roles needs that long to stand for all of them, a few seconds
@@ -187,6 +196,8 @@ class Rebalancer:
     settle: float | None = None
     last_plan: Plan | None = None
     moves: list[Move] = field(default_factory=list)
+    in_flight: Move | None = field(default=None, init=False)
+    """The handover the last plan made, until `next_turn` begins to wait for it."""
 
     def step(self) -> Move | None:
         """Plan once and hand over the first planned role this member leads."""
@@ -202,14 +213,35 @@ class Rebalancer:
             runner.step_down()
             made = Move(move.role, move.giver, move.taker, move.reason, now)
             self.moves = [*self.moves, made][-MOVES_KEPT:]
+            self.in_flight = made
             log.info("%s: handing %s to %s: %s", self.member, move.role, move.taker,
                      move.reason)
             return made
         return None
 
+    def _landed(self, move: Move) -> bool:
+        """Whether `move` is done: another member leases its role."""
+        state = self.states().get(move.role)
+        holder = None if state is None else _holder(state, self.clock.now_ms())
+        return holder not in (None, self.member)
+
+    async def next_turn(self) -> None:
+        """Wait until the next plan is due: one `interval` from now, or as soon
+        as the handover in flight has landed."""
+        clock = self.clock
+        due = clock.monotonic_ms() + round(self.interval * 1000)
+        # Taken now, so a turn whose plan fails before making a move waits a
+        # whole interval instead of finding the old handover landed again.
+        moving, self.in_flight = self.in_flight, None
+        if moving is None:
+            await clock.sleep_until_monotonic(due)
+            return
+        poll = round(LANDING_POLL * 1000)
+        while not self._landed(moving) and clock.monotonic_ms() < due:
+            await clock.sleep_until_monotonic(min(due, clock.monotonic_ms() + poll))
+
     async def run(self) -> None:
-        """Step every `interval` until cancelled."""
-        interval_ms = round(self.interval * 1000)
+        """Plan at each `next_turn` until cancelled."""
         while True:
-            await self.clock.sleep_until_monotonic(self.clock.monotonic_ms() + interval_ms)
+            await self.next_turn()
             self.step()

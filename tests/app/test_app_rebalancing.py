@@ -1,6 +1,6 @@
 """The worker's rebalancing without Kafka: the hosted roles' states read from the
 state topic, the live members from the group's web views, the library's
-`Rebalancer` over the worker's runners (one handover per interval, only to a
+`Rebalancer` over the worker's runners (one handover at a time, only to a
 live member, counted in the metrics), and ``GET /rebalance/`` gathering every
 worker's plan and handovers."""
 
@@ -31,6 +31,7 @@ from coordination import (
     plan,
 )
 from tests.support.ports import free_port
+from tests.support.rebalancing import vacancies
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 PARTITIONS = 4
@@ -112,7 +113,7 @@ async def test_the_states_are_every_hosted_role_s_read_from_the_topic_and_kept_c
         await stop(cluster, a, outsider, *([] if b is None else [b]))
 
 
-async def test_a_worker_over_its_share_hands_roles_one_per_interval_to_a_live_joiner():
+async def test_a_worker_over_its_share_hands_roles_one_at_a_time_to_a_live_joiner():
     cluster = Cluster(partitions=PARTITIONS)
     a = Member(cluster, "a")
     await cluster.until(lambda: a.held() == len(ROLES), within=5)
@@ -140,9 +141,13 @@ async def test_a_worker_over_its_share_hands_roles_one_per_interval_to_a_live_jo
         moves = rebalancing.rebalancer.moves
         assert len(moves) == len(ROLES) // 2
         assert {(m.giver, m.taker) for m in moves} == {("a", "b")}
-        # One handover per interval: the rate is bounded.
-        gaps = [later.at_ms - earlier.at_ms for earlier, later in itertools.pairwise(moves)]
-        assert min(gaps) >= INTERVAL * 1000
+        # One at a time: each handover is made once the last has landed (b's
+        # lease on the state topic), not an interval later.
+        found, _ = vacancies(cluster.state_records())
+        landed = {vacancy.role: vacancy.since + vacancy.ms for vacancy in found
+                  if vacancy.taker == "b"}
+        for earlier, later in itertools.pairwise(moves):
+            assert landed[earlier.role] <= later.at_ms < earlier.at_ms + INTERVAL * 1000
         assert handovers(a) == len(moves)
         last = rebalancing.rebalancer.last_plan
         assert (last.held, last.fair_share, last.moves) == ({"a": 4, "b": 4}, 4, ())

@@ -43,8 +43,9 @@ PLANS_SHOWN = "[...document.querySelectorAll('#plans li')].map(li => li.dataset.
 
 
 def _until(condition: Callable[[], T | None], within: float, what: str,
-           workers: list[AppWorker]) -> T:
-    """`condition()`'s first truthy value; fail at once if one of `workers` exits."""
+           workers: list[AppWorker], describe: Callable[[], str] | None = None) -> T:
+    """`condition()`'s first truthy value; fail at once if one of `workers` exits.
+    On a timeout the failure ends with `describe()`: the state the wait ended in."""
     deadline = time.monotonic() + within
     last: Any = None
     while True:
@@ -57,7 +58,8 @@ def _until(condition: Callable[[], T | None], within: float, what: str,
         if last and not isinstance(last, Exception):
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within} s (last: {last!r})")
+            state = f"\n{describe()}" if describe is not None else ""
+            raise AssertionError(f"{what}: not within {within} s (last: {last!r}){state}")
         time.sleep(POLL)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,19 +63,50 @@ def _even(workers: list[AppWorker]) -> dict[str, set[str]] | None:
     return None
 
 
+def _described(workers: list[AppWorker]) -> str:
+    """What a failed wait for an even split saw: each worker's roles by runner
+    state, its last plan and its log's errors; roles held twice or by nobody."""
+    lines, held = [], []
+    for worker in workers:
+        health = worker.health()
+        if health is None:
+            lines.append(f"{worker.member}: /health did not answer")
+            continue
+        roles = health["roles"]
+        mine = sorted(role for role, runner in roles.items() if runner["leading"])
+        held += mine
+        states = Counter(runner["state"] for runner in roles.values())
+        try:
+            _, local = get_json(f"{worker.url}/rebalance/?scope=local", timeout=10)
+            plan = local["plan"] and {key: local["plan"][key]
+                                      for key in ("members", "moves", "deferred")}
+        except OSError as exc:
+            plan = f"/rebalance/ did not answer: {exc}"
+        errors = [line for line in worker.log.read_text(errors="replace").splitlines()
+                  if "ERROR" in line or "Traceback" in line]
+        lines.append(f"{worker.member}: leads {len(mine)} of {len(roles)} runners "
+                     f"{dict(states)}; last plan {plan}; {len(errors)} error lines, "
+                     f"the last {errors[-3:]}")
+    twice = sorted(role for role, count in Counter(held).items() if count > 1)
+    lines.append(f"held {len(set(held))} of {ROLES}; twice: {twice[:10]}")
+    return "\n".join(lines)
+
+
 async def test_300_roles_split_evenly_over_three_workers_and_a_fourth_gets_its_share_by_handovers(
         group: AppGroup) -> None:
     first = [group.start(app_module=APP) for _ in range(3)]
     started = time.monotonic()
     await asyncio.to_thread(_until, lambda: _even(first), EVEN_WITHIN,
-                            "three workers, an even split", first)
+                            "three workers, an even split", first,
+                            lambda: _described(first))
     three_s = time.monotonic() - started
 
     joined_ms = time.time() * 1000
     fourth = group.start(app_module=APP)
     workers = [*first, fourth]
     split = await asyncio.to_thread(_until, lambda: _even(workers), EVEN_WITHIN,
-                                    "four workers, an even split", workers)
+                                    "four workers, an even split", workers,
+                                    lambda: _described(workers))
     four_s = time.monotonic() - started - three_s
 
     status, shown = get_json(f"{first[0].url}/rebalance/", timeout=10)

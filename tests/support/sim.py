@@ -58,6 +58,11 @@ class Cluster:
         """A new client process on this cluster."""
         return MemoryTransport(self.broker)
 
+    def state_records(self) -> list[Any]:
+        """Every committed record of the state topic, partition by partition."""
+        return [record for partition in range(self.partitions)
+                for record in self.broker.partition(STATE, partition).read_committed(0).records]
+
     def candidate(
         self, member: str, role: str = "billing", transport: MemoryTransport | None = None,
         clock: Clock | None = None, **options: Any,

@@ -6,14 +6,19 @@ live holder and without leaving a role vacant for longer than one stagger.
 
 from __future__ import annotations
 
+import asyncio
+from itertools import pairwise
+
 from coordination import (
     LeadershipOptions,
     Lease,
     RoleState,
     RosterEntry,
 )
+from coordination.clock import ManualClock
 from coordination.evaluate import ordered_challengers
-from coordination.rebalance import plan
+from coordination.rebalance import LANDING_POLL, Rebalancer, plan
+from coordination.runner import RunnerState
 from tests.support.rebalancing import Group, vacancies
 from tests.support.sim import STAGGER, Cluster
 
@@ -95,13 +100,6 @@ def test_the_plan_says_why_in_words_and_in_json():
     assert [m["to"] for m in shown["moves"]] == ["b", "b"]
 
 
-def state_records(cluster: Cluster) -> list:
-    """Every committed record of the state topic, partition by partition."""
-    return [record for partition in range(cluster.partitions)
-            for record in cluster.broker.partition("__coordination_state", partition)
-            .read_committed(0).records]
-
-
 async def test_a_group_evens_out_and_a_joining_member_gets_its_share_by_handovers():
     cluster = Cluster(partitions=16)
     # A long lease keeps 1 200 runners' renewals few; handovers do not wait for it.
@@ -124,9 +122,107 @@ async def test_a_group_evens_out_and_a_joining_member_gets_its_share_by_handover
         moves = [m for r in group.rebalancers.values() for m in r.moves]
         assert any(move.taker == "worker-4" for move in moves)
         assert group.rebalancers["worker-1"].last_plan is not None
-        found, vacant = vacancies(state_records(cluster))
+        found, vacant = vacancies(cluster.state_records())
         assert max(vacancy.ms for vacancy in found) <= STAGGER * 1000
         assert not vacant
+    finally:
+        await group.stop_rebalancing()
+        await cluster.stop_runners(*group.every_runner(), within=60)
+
+
+class FakeRunner:
+    """A runner that leads until told to step down."""
+
+    def __init__(self) -> None:
+        self.state = RunnerState.LEADING
+
+    def step_down(self) -> None:
+        self.state = RunnerState.HANDING_OVER
+
+
+def one_surplus_role() -> tuple[Rebalancer, dict[str, RoleState], ManualClock]:
+    """Member a holds both roles; b, registered long ago, holds none: a's plan
+    is one handover, to b."""
+    clock = ManualClock(start_ms=NOW)
+    states = {role: state(role, "a", ["a", "b"]) for role in ("role-0", "role-1")}
+    runners = {role: FakeRunner() for role in states}
+    rebalancer = Rebalancer("a", runners, lambda: states, lambda: {"a", "b"}, clock,
+                            interval=10, settle=0)  # type: ignore[arg-type]
+    return rebalancer, states, clock
+
+
+def leased_to(state: RoleState, member: str, now_ms: int) -> RoleState:
+    return RoleState(state.role, entries=state.entries,
+                     lease=Lease(member, 2, 0, now_ms, now_ms + 30_000))
+
+
+async def begin_turn(rebalancer: Rebalancer) -> asyncio.Future[None]:
+    """`rebalancer.next_turn()`, begun now (its interval counts from now)."""
+    turn = asyncio.ensure_future(rebalancer.next_turn())
+    await asyncio.sleep(0)
+    return turn
+
+
+async def advance(clock: ManualClock, ms: int) -> None:
+    """Move `clock` by `ms` in steps of one landing poll, letting tasks run at each."""
+    poll = round(LANDING_POLL * 1000)
+    for _ in range(ms // poll):
+        clock.advance_ms(poll)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+async def test_the_next_plan_comes_as_soon_as_the_handover_has_landed():
+    rebalancer, states, clock = one_surplus_role()
+    made = rebalancer.step()
+    assert made is not None
+    assert rebalancer.in_flight == made
+    turn = await begin_turn(rebalancer)
+    await advance(clock, 1_000)
+    assert not turn.done(), "the role is still a's: the handover has not landed"
+    states[made.role] = leased_to(states[made.role], made.taker, clock.now_ms())
+    await advance(clock, round(LANDING_POLL * 1000))
+    assert turn.done(), "b leases the role: the next turn is due at once"
+
+
+async def test_a_handover_that_never_lands_delays_the_next_plan_by_one_interval_only():
+    rebalancer, states, clock = one_surplus_role()
+    made = rebalancer.step()
+    assert made is not None
+    turn = await begin_turn(rebalancer)
+    await advance(clock, 9_980)
+    assert not turn.done()
+    await advance(clock, 20)
+    assert turn.done()
+    # A turn that made no handover (its plan failed, or moved nothing) waits a
+    # whole interval, though the last handover has landed since.
+    states[made.role] = leased_to(states[made.role], made.taker, clock.now_ms())
+    turn = await begin_turn(rebalancer)
+    await advance(clock, 9_980)
+    assert not turn.done()
+    await advance(clock, 20)
+    assert turn.done()
+
+
+async def test_a_member_over_its_share_hands_over_one_role_after_another_not_one_an_interval():
+    cluster = Cluster(partitions=4)
+    options = LeadershipOptions(partitions=cluster.partitions, lease_duration=30,
+                                renew_interval=10, challenge_stagger=STAGGER,
+                                placement="balanced")
+    interval = STAGGER * 8
+    group = Group(ROLES[:20], options, cluster.clock, interval=interval)
+    group.watch(cluster.transport())
+    try:
+        group.join("worker-1", cluster.transport())
+        await cluster.until(lambda: group.split() == {"worker-1": 20}, within=10, step_ms=50)
+        group.join("worker-2", cluster.transport())
+        await cluster.until(lambda: group.split()["worker-2"] == 10, within=interval * 4,
+                            step_ms=10)
+        moves = group.rebalancers["worker-1"].moves
+        assert [move.taker for move in moves] == ["worker-2"] * 10
+        gaps = [later.at_ms - earlier.at_ms for earlier, later in pairwise(moves)]
+        # Each handover lands within one stagger, and the next follows it.
+        assert max(gaps) <= STAGGER * 1000, gaps
     finally:
         await group.stop_rebalancing()
         await cluster.stop_runners(*group.every_runner(), within=60)
