@@ -11,12 +11,14 @@ Waits poll with a deadline; nothing sleeps a fixed time."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiokafka.client
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -607,6 +609,35 @@ async def test_discarding_and_closing_close_every_prepared_producer(
     assert await closed(still_preparing)
     left = [t for t in asyncio.all_tasks() - before if not t.done()]
     assert left == []
+
+
+async def test_a_preparation_discarded_while_it_bootstraps_leaves_no_connection_open(
+        transports, role, monkeypatch):
+    standby = await transports()
+    preparing: list[AIOKafkaClient] = []
+    opened: list[AIOKafkaConnection] = []
+    connected = asyncio.Event()
+    create_conn = aiokafka.client.create_conn
+
+    async def recorded(*args: Any, **kwargs: Any) -> AIOKafkaConnection:
+        caller = inspect.currentframe().f_back  # type: ignore[union-attr]
+        conn = await create_conn(*args, **kwargs)
+        if caller.f_code.co_name == "bootstrap" and caller.f_locals["self"] in preparing:
+            opened.append(conn)  # held here, so only a close can disconnect it
+            connected.set()
+        return conn
+
+    monkeypatch.setattr(aiokafka.client, "create_conn", recorded)
+    await standby.prepare_epoch(role, LEASE, 0)  # the preparation starts at the next await
+    preparing.append(standby._prepared._by_role[role].producer.client)
+    # Its bootstrap connection is open and its Metadata request about to be sent.
+    await asyncio.wait_for(connected.wait(), DEADLINE)
+    await standby.discard_prepared(role)
+
+    async def still_open() -> list[AIOKafkaConnection]:
+        return [conn for conn in opened if conn.connected()]
+
+    assert await polling.eventually(still_open, lambda conns: not conns, DEADLINE) == []
 
 
 async def test_the_standby_first_in_line_takes_over_with_the_producer_it_prepared(
