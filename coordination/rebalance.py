@@ -179,8 +179,8 @@ class Rebalancer:
     the role), else one `interval` (on `clock`'s monotonic time) after the
     last plan. Choose an interval longer than the challenge stagger, so that
     a handover whose successor died has landed on the next in order before
-    the next plan counts it. A successor is
-    handed a role only once its registration for it is `settle` seconds old
+    the next plan counts it. A successor is handed a role only once its
+    registration for it is `settle` seconds old
     (`plan`'s `settle_ms`; one interval unless given): a member that joined
     with many roles needs that long to stand for all of them, a few seconds
     for 300 roles on a 2-core machine. `moves` keeps the latest handovers

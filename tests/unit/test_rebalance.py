@@ -19,6 +19,7 @@ from coordination.clock import ManualClock
 from coordination.evaluate import ordered_challengers
 from coordination.rebalance import LANDING_POLL, Rebalancer, plan
 from coordination.runner import RunnerState
+from tests.support.loop import run_ready_callbacks
 from tests.support.rebalancing import Group, vacancies
 from tests.support.sim import STAGGER, Cluster
 
@@ -159,7 +160,7 @@ def leased_to(state: RoleState, member: str, now_ms: int) -> RoleState:
 async def begin_turn(rebalancer: Rebalancer) -> asyncio.Future[None]:
     """`rebalancer.next_turn()`, begun now (its interval counts from now)."""
     turn = asyncio.ensure_future(rebalancer.next_turn())
-    await asyncio.sleep(0)
+    await run_ready_callbacks()
     return turn
 
 
@@ -168,8 +169,7 @@ async def advance(clock: ManualClock, ms: int) -> None:
     poll = round(LANDING_POLL * 1000)
     for _ in range(ms // poll):
         clock.advance_ms(poll)
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await run_ready_callbacks()
 
 
 async def test_the_next_plan_comes_as_soon_as_the_handover_has_landed():
