@@ -44,7 +44,7 @@ from aiokafka.protocol.transaction import (  # type: ignore[import-untyped, unus
 from coordination.defaults import FENCING, TERMS_TOPIC
 from coordination.errors import CoordinationError
 from coordination.kafka.errors import KafkaUnavailableError, is_outage
-from coordination.kafka.lifecycle import start_bounded, stop_client
+from coordination.kafka.lifecycle import guard_bootstrap, start_bounded, stop_client
 from coordination.kafka.options import ClientOptions
 from coordination.options import check_fencing
 
@@ -203,6 +203,7 @@ async def check_access(
     """
     options = ClientOptions(bootstrap_servers, aiokafka_options)
     client = AIOKafkaClient(**options.client(), request_timeout_ms=int(operation_timeout * 1000))
+    guard_bootstrap(client)
     servers = str(bootstrap_servers)
     missing = []
     try:

@@ -31,7 +31,7 @@ from aiokafka.protocol.metadata import (  # type: ignore[import-untyped, unused-
 
 from coordination.cancellation import bounded
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
-from coordination.kafka.lifecycle import start_bounded, stop_admin
+from coordination.kafka.lifecycle import guard_bootstrap, start_bounded, stop_admin
 from coordination.kafka.options import ClientOptions
 from coordination.topic_policy import (
     KAFKA_ABORT_CLEANUP_INTERVAL_MS,
@@ -109,6 +109,7 @@ class TopicChecker:
         async with self._admin_lock:
             if self._admin is None:
                 admin = AIOKafkaAdminClient(**self._options.admin())
+                guard_bootstrap(admin._client)
                 try:
                     await start_bounded(admin.start(), self._timeout,
                                         "starting the admin client", self._servers)

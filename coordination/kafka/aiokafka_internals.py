@@ -2,6 +2,8 @@
 
 The adapter goes beyond aiokafka's public API where that API cannot do the
 job: it closes clients by hand when a bounded ``stop()`` did not finish
+and lets a cancelled ``bootstrap()`` finish first, by replacing it on the
+client instance that the client's own ``start()`` calls
 (`coordination.kafka.lifecycle`), drives the producer's transaction manager
 itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
 consumer's position without awaiting and wakes on its Fetch responses

@@ -33,7 +33,7 @@ from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
 
 from coordination.cancellation import within
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
-from coordination.kafka.lifecycle import start_bounded, stop_client
+from coordination.kafka.lifecycle import guard_bootstrap, start_bounded, stop_client
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.protocol import (
     CONCURRENT_TRANSACTIONS,
@@ -172,6 +172,7 @@ class TransactionCoordinators:
         async with self._start_lock:
             if self._client is None:
                 client = AIOKafkaClient(**self._options.client())
+                guard_bootstrap(client)
                 try:
                     await start_bounded(client.bootstrap(), self._timeout,
                                         "connecting to the transaction coordinator",

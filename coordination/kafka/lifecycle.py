@@ -9,6 +9,15 @@ and turned into a clear error, and every stop is bounded and, if it did not
 finish, completed by hand (sender or fetcher task, then the network client).
 The private attributes used are listed, and checked against the installed
 aiokafka, in `coordination.kafka.aiokafka_internals`.
+
+A client's ``bootstrap()`` is the one step a cancellation must not cut short:
+it holds its first connection in a local variable while it asks for the
+cluster's metadata, and cancelled there it leaves that connection to the
+garbage collector, which logs "Unclosed AIOKafkaConnection" at ERROR (dozens
+of times at each start of a worker group, whose standbys discard clients as
+ranks move; once in a worker stopped as it started). `guard_bootstrap` lets a
+cancelled bootstrap finish within `BOOTSTRAP_GRACE` first, so the stop that
+follows closes everything.
 """
 
 from __future__ import annotations
@@ -21,11 +30,13 @@ from typing import Any
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.cancellation import bounded
+from coordination.cancellation import bounded, cancel_and_wait
 from coordination.kafka.errors import KafkaUnavailableError
 
 __all__ = [
+    "BOOTSTRAP_GRACE",
     "CLOSE_TIMEOUT",
+    "guard_bootstrap",
     "servers_text",
     "start_bounded",
     "stop_admin",
@@ -38,6 +49,41 @@ log = logging.getLogger("coordination.kafka")
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a graceful stop may take before the client is closed by hand."""
+
+
+BOOTSTRAP_GRACE = 1.0
+"""Seconds a cancelled bootstrap may take to finish before it is cut short.
+
+A broker answers Metadata in milliseconds; one that takes longer is in
+trouble, and waiting for it would only delay the cancellation."""
+
+
+def guard_bootstrap(client: Any, grace: float = BOOTSTRAP_GRACE) -> None:
+    """Make `client`'s ``bootstrap()`` finish, within `grace`, when cancelled.
+
+    `client` is an ``AIOKafkaClient`` not yet started (a producer's
+    ``client``, a consumer's or an admin client's ``_client``). Its
+    ``bootstrap`` is replaced on the instance, so the client's own start
+    (``producer.start()``, ``consumer.start()``, ``admin.start()``) calls the
+    guarded one. The cancellation is raised once the bootstrap has ended;
+    the caller's stop then closes the connections it kept.
+    """
+    bootstrap = client.bootstrap
+
+    async def finished_when_cancelled() -> None:
+        work = asyncio.ensure_future(bootstrap())
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({work}, timeout=grace)
+            if not work.done():
+                await cancel_and_wait(work)
+            elif not work.cancelled():
+                work.exception()  # retrieved: the cancellation is what the caller gets
+            raise
+
+    client.bootstrap = finished_when_cancelled
 
 
 def servers_text(bootstrap_servers: str | list[str]) -> str:

@@ -45,7 +45,7 @@ from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
-from coordination.cancellation import bounded, through_cancellation
+from coordination.cancellation import bounded
 from coordination.kafka.lifecycle import stop_producer
 
 __all__ = ["PreparedProducers", "start_prepared"]
@@ -147,15 +147,9 @@ class PreparedProducers:
     async def _warm(self, role: str, producer: Any, partition: int,
                     outputs: tuple[str, ...]) -> None:
         client = producer.client
-        # aiokafka's bootstrap() holds its first connection in a local variable
-        # while it asks for the cluster's metadata. Cancelled then, it leaves the
-        # connection to the garbage collector, which closes it and logs
-        # "Unclosed AIOKafkaConnection" at ERROR: dozens of times at each start
-        # of a three-worker group of 300 roles, whose standbys' preparations are
-        # discarded as ranks move. A discarded preparation therefore lets the
-        # bootstrap end (within the preparation's bound) before it stops.
-        await through_cancellation(asyncio.ensure_future(bounded(client.bootstrap(),
-                                                                 self._timeout)))
+        # The role producer's bootstrap is guarded (`guard_bootstrap`): a
+        # discarded preparation lets it finish before the producer stops.
+        await bounded(client.bootstrap(), self._timeout)
         # aiokafka's bootstrap asks for no topic's metadata (an empty list on
         # Metadata v1+): the state topic's is read now, not at the first lease,
         # in the same request as the existing outputs' (the topics the client

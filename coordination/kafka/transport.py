@@ -77,6 +77,7 @@ from coordination.kafka.coordinators import TransactionCoordinators
 from coordination.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from coordination.kafka.fenced import KafkaGuardedTransaction, RoleProducer, again_after
 from coordination.kafka.lifecycle import (
+    guard_bootstrap,
     servers_text,
     start_bounded,
     stop_consumer,
@@ -457,6 +458,7 @@ class KafkaTransport:
             enable_idempotence=True,
         ))
         make_prompt(producer)
+        guard_bootstrap(producer.client)
         return producer
 
     def _lock(self, role: str) -> asyncio.Lock:
@@ -573,6 +575,7 @@ class KafkaTransport:
             group_id=None, isolation_level="read_committed", enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms,
         ))
+        guard_bootstrap(consumer._client)
         try:
             await start_bounded(consumer.start(), self._timeout,
                                 "starting a read_committed consumer", self.servers)
@@ -594,6 +597,7 @@ class KafkaTransport:
                 # which is what term mode relies on.
                 producer = AIOKafkaProducer(**self._options.producer(
                     acks="all", enable_idempotence=True))
+                guard_bootstrap(producer.client)
                 try:
                     await start_bounded(producer.start(), self._timeout,
                                         "starting the plain producer", self.servers)

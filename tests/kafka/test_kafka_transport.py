@@ -611,33 +611,103 @@ async def test_discarding_and_closing_close_every_prepared_producer(
     assert left == []
 
 
+class BootstrapConnections:
+    """The connections aiokafka's ``bootstrap()`` opens from now on.
+
+    ``bootstrap()`` holds its first connection in a local variable while it
+    asks for the cluster's metadata: recorded here, only a close disconnects
+    it. Its Metadata request waits until `answer` is called, so a test can
+    cancel the bootstrap at that point whatever the broker's speed.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.conns: list[AIOKafkaConnection] = []
+        self._clients: list[AIOKafkaClient] = []
+        self._answered = asyncio.Event()
+        create_conn = aiokafka.client.create_conn
+
+        async def recorded(*args: Any, **kwargs: Any) -> AIOKafkaConnection:
+            caller = inspect.currentframe().f_back  # type: ignore[union-attr]
+            conn = await create_conn(*args, **kwargs)
+            if caller.f_code.co_name == "bootstrap":
+                self.conns.append(conn)
+                self._clients.append(caller.f_locals["self"])
+                send = conn.send
+
+                async def held(request: Any, *more: Any, **options: Any) -> Any:
+                    await self._answered.wait()
+                    return await send(request, *more, **options)
+
+                conn.send = held  # type: ignore[method-assign]
+            return conn
+
+        monkeypatch.setattr(aiokafka.client, "create_conn", recorded)
+
+    async def opened(self, client: AIOKafkaClient | None = None) -> None:
+        """Wait until a bootstrap (`client`'s, if given) waits for its metadata."""
+        async def waiting() -> bool:
+            return any(client is None or held is client for held in self._clients)
+
+        await polling.eventually(waiting, bool, DEADLINE)
+
+    async def answer(self) -> None:
+        """Let the held Metadata requests go once the cancellation has spread."""
+        await run_ready_callbacks()
+        self._answered.set()
+
+    async def all_closed(self) -> bool:
+        async def still_open() -> list[AIOKafkaConnection]:
+            return [conn for conn in self.conns if conn.connected()]
+
+        return await polling.eventually(still_open, lambda conns: not conns, DEADLINE) == []
+
+
 async def test_a_preparation_discarded_while_it_bootstraps_leaves_no_connection_open(
         transports, role, monkeypatch):
     standby = await transports()
-    preparing: list[AIOKafkaClient] = []
-    opened: list[AIOKafkaConnection] = []
-    connected = asyncio.Event()
-    create_conn = aiokafka.client.create_conn
-
-    async def recorded(*args: Any, **kwargs: Any) -> AIOKafkaConnection:
-        caller = inspect.currentframe().f_back  # type: ignore[union-attr]
-        conn = await create_conn(*args, **kwargs)
-        if caller.f_code.co_name == "bootstrap" and caller.f_locals["self"] in preparing:
-            opened.append(conn)  # held here, so only a close can disconnect it
-            connected.set()
-        return conn
-
-    monkeypatch.setattr(aiokafka.client, "create_conn", recorded)
+    await standby._exists(standby.topic)  # the admin client is up: only the preparation's waits
+    bootstraps = BootstrapConnections(monkeypatch)
     await standby.prepare_epoch(role, LEASE, 0)  # the preparation starts at the next await
-    preparing.append(standby._prepared._by_role[role].producer.client)
-    # Its bootstrap connection is open and its Metadata request about to be sent.
-    await asyncio.wait_for(connected.wait(), DEADLINE)
+    await bootstraps.opened(standby._prepared._by_role[role].producer.client)
     await standby.discard_prepared(role)
+    await bootstraps.answer()
+    assert await bootstraps.all_closed()
 
-    async def still_open() -> list[AIOKafkaConnection]:
-        return [conn for conn in opened if conn.connected()]
 
-    assert await polling.eventually(still_open, lambda conns: not conns, DEADLINE) == []
+async def test_an_acquisition_cancelled_while_its_producer_bootstraps_leaves_no_connection_open(
+        transport, role, monkeypatch):
+    bootstraps = BootstrapConnections(monkeypatch)
+    acquiring = asyncio.ensure_future(transport.acquire_epoch(role, LEASE))
+    await bootstraps.opened()
+    acquiring.cancel()
+    await bootstraps.answer()
+    with pytest.raises(asyncio.CancelledError):
+        await acquiring
+    assert await bootstraps.all_closed()
+
+
+async def test_a_consumer_start_cancelled_while_it_bootstraps_leaves_no_connection_open(
+        transport, monkeypatch):
+    bootstraps = BootstrapConnections(monkeypatch)
+    starting = asyncio.ensure_future(transport._new_consumer(fetch_max_wait_ms=100))
+    await bootstraps.opened()
+    starting.cancel()
+    await bootstraps.answer()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert await bootstraps.all_closed()
+
+
+async def test_a_transport_closed_while_it_finds_a_coordinator_ahead_leaves_no_connection_open(
+        transports, role, monkeypatch):
+    standby = await transports()
+    bootstraps = BootstrapConnections(monkeypatch)
+    standby._coordinators.warm(role)
+    await bootstraps.opened()
+    closing = asyncio.ensure_future(standby.close())
+    await bootstraps.answer()
+    await closing
+    assert await bootstraps.all_closed()
 
 
 async def test_the_standby_first_in_line_takes_over_with_the_producer_it_prepared(
