@@ -2,8 +2,11 @@
 
 Each role a worker leads in epoch mode has a transactional producer of its
 own (the epoch binds to one producer, docs/design.md#the-safety-argument),
-and each producer keeps its connections to the brokers: about two file
-descriptors per held role, measured (docs/benchmarks.md). Standbys cost
+and each producer keeps one connection to each broker it talks to: the
+state partition's leader and the role's transaction coordinator, one broker
+or two (`coordination.kafka.one_connection`). Two descriptors per held role
+is the bound used here; on a one-broker cluster it is one (measured in
+docs/benchmarks.md). Standbys cost
 none (every role's tail shares the worker's consumers), nor does a term-mode
 tenure (the worker's one idempotent producer writes for all of them). A
 default soft limit of 1 024 would stop a worker at about 400 held roles, so
@@ -22,7 +25,7 @@ __all__ = ["FDS_PER_HELD_ROLE", "RESERVED_FDS", "FileLimit", "raise_file_limit"]
 log = logging.getLogger("app.file_limit")
 
 FDS_PER_HELD_ROLE = 2
-"""File descriptors an epoch-mode held role costs (its producer's connections)."""
+"""File descriptors an epoch-mode held role costs at most (its producer's connections)."""
 RESERVED_FDS = 256
 """Descriptors kept for everything else: RocksDB, the consumers, the web server."""
 

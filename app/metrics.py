@@ -6,7 +6,7 @@ many) never share or collide on a figure. On it:
 
 - the process, platform and garbage-collector collectors of
   `prometheus_client` (``process_open_fds`` matters here: each held role
-  costs the worker two sockets);
+  costs the worker one or two sockets);
 - the coordination figures the role runners and the fold feed (names,
   types and labels in docs/app.md#metrics);
 - Faust's own figures, recorded by Faust's `PrometheusMonitor` sensor on the

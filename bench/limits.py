@@ -1,8 +1,9 @@
 """The limits that can stop a scale run before the library does.
 
-Each role a worker holds costs two sockets (one transactional producer per
-role: a produce connection and a coordinator connection), so N roles need
-about 2 N descriptors in the worker and as many connections on the broker.
+Each role a worker holds costs one socket per broker its transactional
+producer talks to (the state partition's leader and the role's transaction
+coordinator): one on the bench's one broker, so N roles need about N
+descriptors in the worker and as many connections on the broker.
 `raise_file_limit` raises this process's RLIMIT_NOFILE, soft and hard, when
 it may (root, or CAP_SYS_RESOURCE): the broker the bench starts and every
 worker it starts inherit it. `system_limits` records the others a run can
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 FDS_PER_ROLE = 4
-"""Descriptors allowed per role when raising: 2 measured, room for the broker's side too."""
+"""Descriptors allowed per role when raising: room for two connections on each side."""
 SPARE_FDS = 1_000
 
 # Kafka 4.4's defaults for the settings that bound connections

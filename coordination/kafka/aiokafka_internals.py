@@ -1,18 +1,20 @@
 """The aiokafka versions the Kafka adapter was tested with, and the internals it uses.
 
 The adapter goes beyond aiokafka's public API where that API cannot do the
-job: it closes clients by hand when a bounded ``stop()`` did not finish
-and lets a cancelled ``bootstrap()`` finish first, by replacing it on the
-client instance that the client's own ``start()`` calls
-(`coordination.kafka.lifecycle`), drives the producer's transaction manager
-itself and reads its fatal cause (`coordination.kafka.fenced`), reads a
-consumer's position without awaiting and wakes on its Fetch responses
-(`coordination.kafka.positions`), sends
-requests aiokafka does not define (`coordination.kafka.protocol`), starts a prepared producer's
-network client apart from its sender (`coordination.kafka.prepared`), retries
-CONCURRENT_TRANSACTIONS sooner than aiokafka does (`coordination.kafka.prompt_retry`) and watches
-the registration producer's sender (`coordination.kafka.transport`). The worker
-reads the same transaction manager (``app/faust_patches.py``).
+job: it closes clients by hand when a bounded ``stop()`` did not finish and
+lets a cancelled ``bootstrap()`` finish first, by replacing it on the client
+instance that the client's own ``start()`` calls
+(`coordination.kafka.lifecycle`), gives a role producer one connection per
+broker instead of two (`coordination.kafka.one_connection`), drives the
+producer's transaction manager itself and reads its fatal cause
+(`coordination.kafka.fenced`), reads a consumer's position without awaiting
+and wakes on its Fetch responses (`coordination.kafka.positions`), sends
+requests aiokafka does not define (`coordination.kafka.protocol`), starts a
+prepared producer's network client apart from its sender
+(`coordination.kafka.prepared`), retries CONCURRENT_TRANSACTIONS sooner than
+aiokafka does (`coordination.kafka.prompt_retry`) and watches the registration
+producer's sender (`coordination.kafka.transport`). The worker reads the same
+transaction manager (``app/faust_patches.py``).
 
 `AIOKAFKA` is the range the suite runs against; the package refuses another
 version at import. `INTERNALS` lists every non-public name used, as
@@ -78,6 +80,8 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.sender:InitPIDHandler.handle_response",
     "aiokafka.producer.transaction_manager:TransactionManager.txn_partitions",
     "aiokafka.producer.transaction_manager:TransactionManager.transactional_id",
+    # A role producer uses one connection per broker (`coordination.kafka.one_connection`).
+    "aiokafka.client:ConnectionGroup",
     # The consumer: a bounded stop, and the position read without awaiting.
     "aiokafka.consumer.consumer:AIOKafkaConsumer._closed",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",

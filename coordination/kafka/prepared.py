@@ -23,7 +23,7 @@ whose first act is the InitProducerId (`start_prepared`).
 It is an optimisation only, best effort at every step: a preparation that
 fails or has not finished when the challenge comes is dropped, and the
 challenge starts a producer from scratch as it would without one. At most
-`limit` producers are kept prepared per transport (two sockets and a
+`limit` producers are kept prepared per transport (a socket per broker and a
 metadata refresh each); the oldest is closed to make room. aiokafka has no
 public way to start a producer's network client apart from its sender, so
 the client's ``bootstrap()``, the sender's coordinator lookup and its

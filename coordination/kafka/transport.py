@@ -83,6 +83,7 @@ from coordination.kafka.lifecycle import (
     stop_consumer,
     stop_producer,
 )
+from coordination.kafka.one_connection import one_connection_per_broker
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.prepared import PreparedProducers, start_prepared
 from coordination.kafka.prompt_retry import make_prompt
@@ -459,6 +460,7 @@ class KafkaTransport:
         ))
         make_prompt(producer)
         guard_bootstrap(producer.client)
+        one_connection_per_broker(producer.client)
         return producer
 
     def _lock(self, role: str) -> asyncio.Lock:

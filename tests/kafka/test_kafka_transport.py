@@ -736,3 +736,15 @@ async def test_a_new_holder_finds_its_coordinator_ahead_of_its_resignation(
     lookups = count_coordinator_lookups(monkeypatch)
     await transport.describe_epoch(role)
     assert lookups == []
+
+
+async def test_a_role_producer_talks_to_its_broker_over_one_connection(transport, role):
+    # The test broker is the partition's leader and the role's transaction
+    # coordinator at once: aiokafka alone would open a second connection to it
+    # for the coordinator's requests.
+    token = await transport.acquire_epoch(role, LEASE)
+    await write_lease(transport, role, token, 0, *lease_record(role, token))
+    await write_lease(transport, role, token, 0, *lease_record(role, token))
+    client = transport._producers[role].producer.client
+    assert len(client.cluster.brokers()) == 1
+    assert len([conn for conn in client._conns.values() if conn.connected()]) == 1
