@@ -136,7 +136,8 @@ async def roles_scale(bench: Bench) -> None:
                 last = _sample(process)
                 limit_reason = (f"N={n}: not all roles acquired within {budget:.0f} s "
                                 f"(last progress {progress[-1] if progress else None}; "
-                                f"fds {last['fds']:.0f} of {nofile})")
+                                f"fds {last['fds']:.0f} of {nofile}); "
+                                f"{broker_state(bench, psutil)}")[:1200]
                 print(f"  roles-scale: {limit_reason}", flush=True)
                 break
             acquire_s[n] = acquired["seconds"]
@@ -202,10 +203,12 @@ async def roles_scale(bench: Bench) -> None:
                 limit_reason = (f"N={n}: {why}{acquired['failed']} acquisitions failed "
                                 f"({held} held, fds {last['fds']:.0f} of {nofile}), "
                                 f"{done['ended']} roles lost while holding; first failures "
-                                f"{acquired['failures'][:2]}")[:600]
+                                f"{acquired['failures'][:2]}"[:600]
+                                + f"; {broker_state(bench, psutil)}")[:1200]
                 break
         except procs.ChildError as exc:
-            limit_reason = f"N={n}: the worker died: {exc}"[:500]
+            limit_reason = (f"N={n}: the worker died: {exc}"[:500]
+                            + f"; {broker_state(bench, psutil)}")
             print(f"  roles-scale: {limit_reason}", flush=True)
             break
         finally:
@@ -391,6 +394,30 @@ async def _until_all_held(children: list[procs.Child], n: int, budget: float) ->
         if len(held) >= n or time.monotonic() > deadline:
             return len(held)
         await asyncio.sleep(0.5)
+
+
+BROKER_TROUBLE = ("Too many open files", "OutOfMemoryError", "FATAL", "Shutdown broker",
+                  "Stopped the log directory", "offline")
+"""What a broker's log says when a scale run stopped it (matched case-sensitively)."""
+
+
+def broker_state(bench: Bench, psutil: Any) -> str:
+    """Whether the bench's brokers still run, and the first lines of trouble in their logs.
+
+    A scale run that stops may have stopped the broker, and the run's folder
+    (the broker's log with it) is deleted without ``--keep``: the reason goes
+    into the results instead."""
+    if not bench.kafka_pids:
+        return "broker not started by the bench"
+    alive = [pid for pid in bench.kafka_pids if psutil.pid_exists(pid)]
+    said: list[str] = []
+    for log in sorted((bench.folder / "kafka").glob("node-*/server.log")):
+        with log.open(errors="replace") as lines:
+            said += [line.strip()[:300] for line in lines
+                     if any(word in line for word in BROKER_TROUBLE)][:3]
+    state = (f"broker running (pid {alive})" if len(alive) == len(bench.kafka_pids)
+             else f"broker exited (running: {alive} of {bench.kafka_pids})")
+    return state + (f"; its log: {' | '.join(said)}" if said else "; nothing of note in its log")
 
 
 def _broker_processes(bench: Bench, psutil: Any) -> list[Any]:

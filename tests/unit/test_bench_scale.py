@@ -1,13 +1,21 @@
 """The scale figures' arithmetic: acquisition budget, growth against linear, the
-hash's preferred split, the open-file limit the bench asks for, and the plots."""
+hash's preferred split, the open-file limit the bench asks for, the plots, and
+what a stopped run says of the broker."""
 
 from __future__ import annotations
 
 import resource
+from types import SimpleNamespace
 
 from bench import limits
 from bench.plots import plot_all
-from bench.scale import acquisition_budget, group_outcome, growth, preferred_split
+from bench.scale import (
+    acquisition_budget,
+    broker_state,
+    group_outcome,
+    growth,
+    preferred_split,
+)
 
 
 def test_the_budget_fits_a_linear_acquisition_at_the_rate_of_the_largest_n_measured():
@@ -119,3 +127,22 @@ def test_a_group_s_outcome_counts_the_final_holders_and_the_tenures_they_superse
     assert outcome["roles_lost_while_holding"] == 1
     complete = group_outcome(members, reports, 2, released, hold)
     assert complete["acquire_s"] == 4.0  # the last holder's tenure began 4 s after release
+
+
+def test_a_stopped_scale_run_says_whether_the_broker_still_runs_and_what_its_log_said(
+        tmp_path):
+    log = tmp_path / "kafka" / "node-1" / "server.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("[INFO] started\n"
+                   "[ERROR] Error while accepting connection (java.io.IOException: "
+                   "Too many open files)\n")
+    bench = SimpleNamespace(kafka_pids=[41, 42], folder=tmp_path)
+    one_gone = SimpleNamespace(pid_exists=lambda pid: pid == 41)
+    said = broker_state(bench, one_gone)  # type: ignore[arg-type]
+    assert said.startswith("broker exited (running: [41] of [41, 42])")
+    assert "Too many open files" in said
+    assert "started" not in said
+    all_up = SimpleNamespace(pid_exists=lambda pid: True)
+    log.write_text("[INFO] started\n")
+    assert broker_state(bench, all_up) == (  # type: ignore[arg-type]
+        "broker running (pid [41, 42]); nothing of note in its log")
