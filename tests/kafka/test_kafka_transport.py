@@ -655,6 +655,15 @@ class BootstrapConnections:
         await run_ready_callbacks()
         self._answered.set()
 
+    async def cancelled_while_waiting(self, work: Awaitable[Any]) -> None:
+        """Run `work`, cancel it once a bootstrap waits, and see it raise the cancellation."""
+        task = asyncio.ensure_future(work)
+        await self.opened()
+        task.cancel()
+        await self.answer()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
     async def all_closed(self) -> bool:
         async def still_open() -> list[AIOKafkaConnection]:
             return [conn for conn in self.conns if conn.connected()]
@@ -677,24 +686,14 @@ async def test_a_preparation_discarded_while_it_bootstraps_leaves_no_connection_
 async def test_an_acquisition_cancelled_while_its_producer_bootstraps_leaves_no_connection_open(
         transport, role, monkeypatch):
     bootstraps = BootstrapConnections(monkeypatch)
-    acquiring = asyncio.ensure_future(transport.acquire_epoch(role, LEASE))
-    await bootstraps.opened()
-    acquiring.cancel()
-    await bootstraps.answer()
-    with pytest.raises(asyncio.CancelledError):
-        await acquiring
+    await bootstraps.cancelled_while_waiting(transport.acquire_epoch(role, LEASE))
     assert await bootstraps.all_closed()
 
 
 async def test_a_consumer_start_cancelled_while_it_bootstraps_leaves_no_connection_open(
         transport, monkeypatch):
     bootstraps = BootstrapConnections(monkeypatch)
-    starting = asyncio.ensure_future(transport._new_consumer(fetch_max_wait_ms=100))
-    await bootstraps.opened()
-    starting.cancel()
-    await bootstraps.answer()
-    with pytest.raises(asyncio.CancelledError):
-        await starting
+    await bootstraps.cancelled_while_waiting(transport._new_consumer(fetch_max_wait_ms=100))
     assert await bootstraps.all_closed()
 
 

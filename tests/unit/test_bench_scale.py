@@ -146,3 +146,8 @@ def test_a_stopped_scale_run_says_whether_the_broker_still_runs_and_what_its_log
     log.write_text("[INFO] started\n")
     assert broker_state(bench, all_up) == (  # type: ignore[arg-type]
         "broker running (pid [41, 42]); nothing of note in its log")
+
+
+def test_a_worker_s_roles_allowed_are_one_a_descriptor_left_on_one_broker():
+    assert limits.roles_allowed(20_000, 250) == 19_750
+    assert limits.roles_allowed(200, 250) == 0
