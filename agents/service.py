@@ -20,6 +20,12 @@ candidates stand anyway: the roles do not depend on Faust's group.
 Under ``balanced`` placement it also runs the worker's rebalancing
 (`agents.rebalancing`), and stops it before the runners.
 
+It also settles the heap (`coordination.heap`) each time the roles this
+worker leads have changed and then stayed the same for 30 s, so the garbage
+collector's full collections, which stop the event loop and with it the
+renewals, walk only what is new since. The worker owns its process, so it
+may; the library does not do this on its own.
+
 The transport connects in the background and is retried: a broker that is
 down at start-up delays the candidates, it does not crash the worker (the
 fold and the web view keep working).
@@ -39,6 +45,7 @@ from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 from coordination.cancellation import bounded
+from coordination.heap import HeapSettler, settle_heap
 
 __all__ = ["RoleService", "install"]
 
@@ -57,6 +64,7 @@ class RoleService(Service):
         self._connecting: asyncio.Task[None] | None = None
         self._resigned = False
         self._rebalancing: WorkerRebalancing | None = None
+        self._settling: asyncio.Task[None] | None = None
         self._assigned = asyncio.Event()
         super().__init__(**kwargs)
         ctx.app.on_partitions_assigned.connect(self._on_partitions_assigned)
@@ -100,6 +108,8 @@ class RoleService(Service):
             ctx.metrics.standing(name)
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))
+        self._settling = asyncio.create_task(HeapSettler(
+            self._led, clock=ctx.clock, settle=self._settle_heap).run())
         off = ctx.settings.rebalancing_off
         if off is None:
             self._rebalancing = WorkerRebalancing(ctx, transport)
@@ -109,6 +119,15 @@ class RoleService(Service):
                      ctx.settings.rebalance_interval)
         elif ctx.settings.placement == "balanced":
             log.info("member %s does not rebalance: %s", member, off)
+
+    def _led(self) -> frozenset[str]:
+        return frozenset(name for name, runner in self.ctx.runners.items() if runner.leading)
+
+    def _settle_heap(self) -> int:
+        frozen = settle_heap()
+        log.info("member %s settled its heap: %d objects frozen; roles led: %d",
+                 self.ctx.member, frozen, len(self._led()))
+        return frozen
 
     async def on_stop(self) -> None:
         await self.resign_all()
@@ -124,6 +143,10 @@ class RoleService(Service):
                 await self._connecting
         if self._rebalancing is not None:
             await self._rebalancing.stop()
+        if self._settling is not None:
+            self._settling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._settling
         runners = list(self.ctx.runners.values())
         # Resign in parallel: each runner bounds its own steps.
         await asyncio.gather(*(runner.stop() for runner in runners), return_exceptions=True)

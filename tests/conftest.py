@@ -13,6 +13,7 @@ StandardAuthorizer (tests/support/secure_cluster.py).
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -27,6 +28,17 @@ from tests.support.secure_cluster import SecureCluster
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "deploy" / "kafka" / "kafka.py"
 START_TIMEOUT = 240
+
+
+@pytest.fixture(autouse=True)
+def unfrozen_heap() -> Iterator[None]:
+    """A test that settled the heap (`coordination.heap`, a worker in the
+    test's process) leaves nothing frozen; a module that froze the heap for
+    all its tests (tests/faults/test_simulation.py) keeps it frozen."""
+    frozen_before = gc.get_freeze_count()
+    yield
+    if not frozen_before:
+        gc.unfreeze()
 
 
 def _kafka(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
