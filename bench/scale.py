@@ -175,7 +175,8 @@ async def roles_scale(bench: Bench) -> None:
                                   baseline_fds=base["fds"], baseline_sockets=base["sockets"],
                                   broker_fds=broker_fds or None,
                                   broker_cpu_percent=None if broker_cpu is None
-                                  else round(broker_cpu, 1))
+                                  else round(broker_cpu, 1),
+                                  gc_pauses_ms=done.get("gc"))
             per_role = {
                 "rss_per_role_kib": (max(rss) - base["rss"]) * 1024 / max(held, 1),
                 "fds_per_role": (last["fds"] - base["fds"]) / max(held, 1),
@@ -196,7 +197,7 @@ async def roles_scale(bench: Bench) -> None:
             print(f"  roles-scale N={n}: held {held} in {acquired['seconds']:.1f} s, "
                   f"RSS {max(rss):.0f} MiB ({per_role['rss_per_role_kib']:.0f} KiB/role), "
                   f"CPU {cpu:.1f} %, fds {last['fds']:.0f}, sockets {last['sockets']:.0f}, "
-                  f"lost {done['ended']}", flush=True)
+                  f"lost {done['ended']}{gc_summary(done.get('gc'))}", flush=True)
             if acquired["failed"] or done["ended"]:
                 why = ("the file limit: " if _file_limit_hit(acquired["failures"], last["fds"],
                                                               nofile) else "")
@@ -223,6 +224,16 @@ async def roles_scale(bench: Bench) -> None:
         if result.figure == "roles-scale":
             result.configuration["limit"] = limit_reason
             result.configuration["acquisition_growth"] = rate
+
+
+def gc_summary(pauses: dict[str, list[float]] | None) -> str:
+    """The worker's full collections in the hold window, as the summary line says them."""
+    if not pauses:
+        return ""
+    count, longest, total = pauses["2"]
+    young = sum(pauses[generation][2] for generation in ("0", "1"))
+    return (f", GC in the hold: {count:.0f} full collections (longest {longest:.0f} ms, "
+            f"{total:.0f} ms in all), younger ones {young:.0f} ms")
 
 
 def preferred_split(roles: list[str], members: list[str]) -> dict[str, int]:

@@ -15,8 +15,10 @@ Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
 holds them for ``--hold`` seconds while they renew, timing every renewal.
 Events: ``baseline`` (transport started, nothing held), ``progress`` (every
 tenth of N and every ``--progress-every`` seconds, so a stop says where it
-was), ``acquired``, ``holding``, ``renewals`` (latency and lateness samples,
-roles still held).
+was), ``acquired``, ``settled`` (the heap settled, `coordination.heap`: the
+objects frozen), ``holding``, ``renewals`` (latency and lateness samples,
+roles still held, and the garbage collector's pauses in the window: for
+generations 0, 1 and 2 how many, the longest and all together, in ms).
 
 In a group (``--group``): a member does not know when the group holds every
 role, so the orchestrator drives the phases with SIGUSR1: after
@@ -30,13 +32,15 @@ signal opens the hold window (``holding``); the third closes it with
 ``renewals``: the samples of the window, each role held at its end with the
 instant its tenure began and the tenure (the offset of its first lease:
 of two live tenures of a role, the higher superseded the other, which has not
-noticed yet), and every tenure that ended (began, ended, why).
+noticed yet), and every tenure that ended (began, ended, why). A member
+settles its heap as the worker application does (`coordination.heap`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import resource
 import signal
@@ -56,6 +60,7 @@ from coordination import (
 )
 from coordination.defaults import PARTITIONS
 from coordination.evaluate import PLACEMENTS
+from coordination.heap import HeapSettler, settle_heap
 from coordination.kafka import KafkaTransport
 from coordination.tenure import renewal_delay_ms
 
@@ -96,6 +101,34 @@ class Renewals:
         return renewed
 
 
+class GcPauses:
+    """The garbage collector's collections inside a ``with`` block: for each
+    generation, how many, the longest pause and all pauses together (ms).
+    Each pause stops the event loop, renewals included."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self._pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._collected)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self._pauses[info["generation"]].append((time.perf_counter() - self._began) * 1000)
+
+    def summary(self) -> dict[str, list[float]]:
+        return {str(generation): [len(pauses), round(max(pauses, default=0.0), 1),
+                                  round(sum(pauses), 1)]
+                for generation, pauses in self._pauses.items()}
+
+
 async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: Renewals) -> None:
     gate = asyncio.Semaphore(args.concurrency)
     held: list[Leadership] = []
@@ -124,13 +157,18 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
         ticker.cancel()
     emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
          seconds=time.monotonic() - started)
+    # The held roles have stopped changing: settle the heap now, as the worker
+    # application does once they have stayed the same for a while, and before
+    # the hold window, so the window measures renewals on a settled heap.
+    emit("settled", frozen=settle_heap())
     renewals.holding = True
     emit("holding")
-    await asyncio.sleep(args.hold)
+    with GcPauses() as pauses:
+        await asyncio.sleep(args.hold)
     renewals.holding = False
     alive = sum(1 for leadership in held if not leadership.done.done())
     emit("renewals", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms,
-         alive=alive, ended=len(held) - alive,
+         alive=alive, ended=len(held) - alive, gc=pauses.summary(),
          errors=[repr(leadership.err)[:200] for leadership in held
                  if leadership.done.done()][:5])
 
@@ -219,6 +257,7 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
     emit("started")
     candidates = [asyncio.create_task(stand(i)) for i in range(args.roles)]
     ticker = asyncio.create_task(every(args.progress_every, progress))
+    settler = asyncio.create_task(HeapSettler(lambda: frozenset(member.live)).run())
     try:
         await phases.get()
         renewals.holding = True
@@ -231,6 +270,7 @@ async def member_of_group(args: argparse.Namespace, transport: KafkaTransport,
              ended=member.ended, failed=len(member.failures), failures=member.failures[:5])
     finally:
         ticker.cancel()
+        settler.cancel()
         for task in candidates:
             task.cancel()
 

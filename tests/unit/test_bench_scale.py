@@ -4,6 +4,7 @@ what a stopped run says of the broker."""
 
 from __future__ import annotations
 
+import gc
 import resource
 from types import SimpleNamespace
 
@@ -12,10 +13,12 @@ from bench.plots import plot_all
 from bench.scale import (
     acquisition_budget,
     broker_state,
+    gc_summary,
     group_outcome,
     growth,
     preferred_split,
 )
+from bench.scale_worker import GcPauses
 
 
 def test_the_budget_fits_a_linear_acquisition_at_the_rate_of_the_largest_n_measured():
@@ -151,3 +154,21 @@ def test_a_stopped_scale_run_says_whether_the_broker_still_runs_and_what_its_log
 def test_a_worker_s_roles_allowed_are_one_a_descriptor_left_on_one_broker():
     assert limits.roles_allowed(20_000, 250) == 19_750
     assert limits.roles_allowed(200, 250) == 0
+
+
+def test_the_gc_pauses_count_each_generation_s_collections_inside_the_block():
+    with GcPauses() as pauses:
+        gc.collect(0)
+        gc.collect(2)
+    gc.collect(2)
+    summary = pauses.summary()
+    assert summary["0"][0] >= 1
+    assert summary["2"][0] == 1, "the collection after the block was counted"
+    assert 0 <= summary["2"][1] <= summary["2"][2]
+
+
+def test_the_summary_line_names_the_full_collections_and_the_younger_ones():
+    line = gc_summary({"0": [80, 5.0, 200.0], "1": [7, 20.0, 100.0], "2": [2, 231.0, 400.0]})
+    assert line == (", GC in the hold: 2 full collections (longest 231 ms, 400 ms in all), "
+                    "younger ones 300 ms")
+    assert gc_summary(None) == ""
