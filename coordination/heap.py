@@ -4,7 +4,7 @@ A held role keeps a few hundred long-lived objects: its transactional
 producer, that producer's client, connection, sender and their tasks.
 CPython's full collection walks every object it tracks, so its pause grows
 with the roles held, and the event loop, renewals included, stands still
-for it: 0.48 s at 2 000 roles, and an estimated 2 s at 10 000, measured in
+for it: 0.48 s at 2 000 roles and 0.81 s at 4 000, measured in
 docs/benchmarks.md. Renewals that late eat into the fence margin.
 
 `settle_heap` collects once and then moves every surviving object into the
