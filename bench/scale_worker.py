@@ -12,7 +12,8 @@ grant plus the tenure's jittered interval (`coordination.tenure.renewal_delay_ms
 Every event is one JSON line on stdout.
 
 Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
-holds them for ``--hold`` seconds while they renew, timing every renewal.
+holds them for ``--hold`` seconds while they renew, timing every renewal. A
+tenure that ends on its own is resigned, not campaigned for again.
 Events: ``baseline`` (transport started, nothing held), ``progress`` (every
 tenth of N and every ``--progress-every`` seconds, so a stop says where it
 was), ``acquired``, ``settled`` (the heap settled, `coordination.heap`: the
@@ -139,11 +140,26 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
         emit("progress", done=len(held) + len(failures), held=len(held), failed=len(failures),
              seconds=time.monotonic() - started)
 
+    resigning: set[asyncio.Future[None]] = set()
+
+    def resign_when_over(leadership: Leadership) -> None:
+        """Resign a tenure that ended on its own, as the API asks of every caller
+        (the runner does it for the worker application): that releases its
+        producer and aborts a transaction the tenure left open, which would
+        otherwise hold its partition's stable offset back until the
+        coordinator's timeout."""
+        def over(_done: object) -> None:
+            resignation = asyncio.ensure_future(leadership.resign())
+            resigning.add(resignation)
+            resignation.add_done_callback(resigning.discard)
+        leadership.done.add_done_callback(over)
+
     async def take(i: int) -> None:
         async with gate:
             try:
                 leadership = await take_role(args, transport, i)
                 leadership.on_renewed = renewals.timer(leadership)
+                resign_when_over(leadership)
                 held.append(leadership)
             except Exception as exc:
                 failures.append(repr(exc)[:300])
