@@ -28,6 +28,7 @@ from collections import Counter
 import pytest
 
 from coordination import TERMS_TOPIC, FencedError, MemoryBroker, MemoryTransport
+from coordination.heap import settle_heap
 from coordination.memory import MAX_EPOCH
 from tests.faults.simulation import (
     LIVELOCK_LEASES,
@@ -54,8 +55,7 @@ def _collections_walk_only_the_runs_objects():
     walks it all: late in the suite that was most of each seed's time.
     Frozen objects are skipped by collections until `gc.unfreeze`.
     """
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     yield
     gc.unfreeze()
 
