@@ -17,7 +17,8 @@ import gc
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,34 @@ def unfrozen_heap() -> Iterator[None]:
     yield
     if not frozen_before:
         gc.unfreeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    """A failed test's report ends with the last lines of every worker log
+    written during it: a worker process's story is otherwise lost with the CI
+    machine's temporary folders."""
+    report = yield
+    if isinstance(report, pytest.TestReport) and report.failed:
+        harness = sys.modules.get("tests.app.test_app_harness")
+        since = item.stash.get(_STARTED_AT, 0.0)
+        for worker in getattr(harness, "STARTED", []):
+            try:
+                if worker.log.stat().st_mtime >= since:
+                    report.sections.append((f"worker {worker.member} (pid {worker.pid}), "
+                                            "its log's last lines", worker.log_tail(80)))
+            except OSError:
+                continue
+    return report
+
+
+_STARTED_AT = pytest.StashKey[float]()
+
+
+@pytest.fixture(autouse=True)
+def _started_at(request: pytest.FixtureRequest) -> None:
+    request.node.stash[_STARTED_AT] = time.time()
 
 
 def _kafka(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:

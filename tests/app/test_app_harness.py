@@ -30,6 +30,9 @@ from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+STARTED: list[AppWorker] = []
+"""Every worker this process started, so a failed test's report can show the
+logs its workers wrote (tests/conftest.py)."""
 
 
 def poll(condition: Callable[[], T | None], timeout: float, what: str,
@@ -192,6 +195,7 @@ class AppWorker:
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.pid = self.process.pid
+        STARTED.append(self)
 
     def get(self, path: str) -> tuple[int, Any]:
         return get_json(self.url + path)

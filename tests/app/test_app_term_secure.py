@@ -93,8 +93,12 @@ def test_a_term_mode_group_runs_elects_and_hands_over_without_transactional_id_a
          "both workers registered for the demo role")
 
     leader.stop()  # SIGTERM: the role service resigns before the worker exits
-    second = poll(lambda: _held(standby, not_by=leader.member), HANDOVER,
-                  "the standby holding the demo role in a higher term", interval=0.5)
+    try:
+        second = poll(lambda: _held(standby, not_by=leader.member), HANDOVER,
+                      "the standby holding the demo role in a higher term", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the standby answers {standby.get(f'/roles/{DEMO}/')}; "
+                             f"the leader exited with {leader.process.returncode}") from None
     assert second["holder"] == standby.member
     assert second["term"] > first["term"]
     assert standby.alive()
