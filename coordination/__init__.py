@@ -39,11 +39,14 @@ Not guaranteed:
   written before the newer term's barrier on its partition stays valid.
 - Rebalancing (`Rebalancer`) moves balanced roles by clean handovers only;
   which members are live is the caller's knowledge, not the log's.
+- An `Admission` only delays its own member's challenge: a role whose every
+  candidate is overloaded stays vacant until one admits again.
 
 The package has no Faust import; the worker application (``app``, ``agents``,
 ``tables``) builds on it.
 """
 
+from coordination.admission import Admission, RenewalLatencyAdmission
 from coordination.candidate import acquire_leadership
 from coordination.changes import (
     Change,
@@ -158,6 +161,7 @@ __all__ = [
     "STATE_TOPIC",
     "TERMS_TOPIC",
     "TERM_HEADER",
+    "Admission",
     "Barrier",
     "Change",
     "Claim",
@@ -204,6 +208,7 @@ __all__ = [
     "Record",
     "Registrar",
     "Registration",
+    "RenewalLatencyAdmission",
     "Renewed",
     "Resigned",
     "RoleChange",

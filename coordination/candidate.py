@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
+from coordination.admission import Admission
 from coordination.clock import Clock, SystemClock
 from coordination.epoch_tenure import EpochLeadership, hand_back
 from coordination.errors import EpochLostError, FencedError, FormatError, TransportError
@@ -59,6 +60,7 @@ async def acquire_leadership(
     fencing: Fencing | None = None,
     outputs: Iterable[str] | None = None,
     clock: Clock | None = None,
+    admission: Admission | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
@@ -72,6 +74,10 @@ async def acquire_leadership(
     `ValueError` before any I/O for a bad name or option, and
     `StateTopicError` for a state or terms topic the protocol cannot run on.
 
+    With an `admission` (`coordination.admission`), a turn that has come
+    waits while the admission is closed: the process is too busy to take
+    one more role, and the members ranked behind take theirs.
+
     Cancel the call to stop waiting. A cancellation or error that arrives
     after the epoch was minted hands it back before it propagates: no lease
     is left live and no producer open, and no `Leadership` exists that
@@ -83,10 +89,10 @@ async def acquire_leadership(
                               challenge_stagger, placement, fencing, outputs)
     if options.fencing == "term":
         return await acquire_term_leadership(transport, role, member, options,
-                                             clock or SystemClock())
+                                             clock or SystemClock(), admission)
     check = await transport.check_topic(options.partitions, options.lease_duration)
     candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
-                           check.abort_cleanup_interval_ms)
+                           check.abort_cleanup_interval_ms, admission)
     return await candidate.run()
 
 
@@ -101,8 +107,10 @@ class _Candidate:
         options: LeadershipOptions,
         clock: Clock,
         abort_cleanup_interval_ms: int,
+        admission: Admission | None = None,
     ) -> None:
         self.transport = transport
+        self.admission = admission
         self.role = role
         self.member = member
         self.options = options
@@ -156,6 +164,10 @@ class _Candidate:
             await self._prepare_if_first(state)
             await self.follower.wait(max(step.at_ms, self.not_before))
         elif step.action == "challenge":
+            closed_ms = 0 if self.admission is None else self.admission.closed_for_ms()
+            if closed_ms:
+                await self.follower.wait(now + closed_ms)
+                return None
             return await self._challenge()
         return None
 

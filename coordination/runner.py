@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordination.admission import Admission
 from coordination.candidate import acquire_leadership
 from coordination.clock import Clock, SystemClock
 from coordination.errors import CoordinationError, InvalidStateError
@@ -148,7 +149,8 @@ class LeaderRunner:
     failed campaign or a tenure shorter than a lease; it doubles up to
     `max_backoff`. Every wait is on `clock`'s monotonic time, so a
     `ManualClock` drives the whole runner. Each campaign runs with
-    `options`, its placement included.
+    `options`, its placement included, and waits while `admission` is
+    closed (`coordination.admission`).
     """
 
     def __init__(
@@ -164,8 +166,10 @@ class LeaderRunner:
         stop_timeout: float = 5.0,
         retry_interval: float = 1.0,
         max_backoff: float = MAX_BACKOFF,
+        admission: Admission | None = None,
     ) -> None:
         self.transport = transport
+        self.admission = admission
         self.role = role
         self.member = member
         self.fn = fn
@@ -282,6 +286,7 @@ class LeaderRunner:
         """Wait for this member's turn; None when stopped or after a transport error."""
         acquiring = asyncio.ensure_future(acquire_leadership(
             self.transport, self.role, self.member, options=self.options, clock=self.clock,
+            admission=self.admission,
         ))
         stopping = asyncio.ensure_future(self._stop.wait())
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from coordination.admission import Admission
 from coordination.cancellation import through_cancellation
 from coordination.clock import Clock
 from coordination.evaluate import ordered_challengers
@@ -44,25 +45,29 @@ log = logging.getLogger("coordination.leadership")
 
 
 async def acquire_term_leadership(
-    transport: Transport, role: str, member: str, options: LeadershipOptions, clock: Clock
+    transport: Transport, role: str, member: str, options: LeadershipOptions, clock: Clock,
+    admission: Admission | None = None,
 ) -> TermLeadership:
     """Register, wait, claim: return once this member won a term of `role`.
 
     Both topics are checked first (`StateTopicError`). A cancellation or an
     error after the claim was appended resigns the term if the claim won, so
-    no tenure is left that nobody holds.
+    no tenure is left that nobody holds. A closed `admission` holds the claim
+    as it holds an epoch-mode challenge.
     """
     await transport.check_topic(options.partitions, None)
     await transport.check_terms_topic(options.partitions)
-    return await _TermCandidate(transport, role, member, options, clock).run()
+    return await _TermCandidate(transport, role, member, options, clock, admission).run()
 
 
 class _TermCandidate:
     """The wait-and-claim loop of one member for one role."""
 
     def __init__(self, transport: Transport, role: str, member: str,
-                 options: LeadershipOptions, clock: Clock) -> None:
+                 options: LeadershipOptions, clock: Clock,
+                 admission: Admission | None = None) -> None:
         self.transport = transport
+        self.admission = admission
         self.role = role
         self.member = member
         self.options = options
@@ -109,6 +114,10 @@ class _TermCandidate:
         elif step.action == "wait":
             await self._wait(step.at_ms)
         elif step.action == "claim":
+            closed_ms = 0 if self.admission is None else self.admission.closed_for_ms()
+            if closed_ms:
+                await self._wait(self.clock.monotonic_ms() + closed_ms)
+                return None
             return await self._claim(step.term, roster)
         return None
 

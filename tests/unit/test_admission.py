@@ -1,0 +1,94 @@
+"""An admission holds its own member's challenge while the process is too busy.
+
+`RenewalLatencyAdmission` closes for a while after a slow renewal; a
+candidate whose turn has come waits while its admission is closed, in both
+fencing modes, and a challenger ranked behind it takes the role at its own
+slot meanwhile. Time is driven by hand.
+"""
+
+import asyncio
+
+import pytest
+
+from coordination import LeaderRunner, LeadershipOptions, ManualClock, RenewalLatencyAdmission
+from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
+
+TERM = {"fencing": "term", "outputs": ("out",)}
+
+
+def closed(clock: ManualClock, seconds: float) -> RenewalLatencyAdmission:
+    """An admission a slow renewal has just closed for `seconds`."""
+    admission = RenewalLatencyAdmission(limit=0.5, hold=seconds, clock=clock)
+    admission.renewed(object(), 0.6)
+    return admission
+
+
+def test_an_admission_is_open_until_a_renewal_takes_longer_than_the_limit():
+    clock = ManualClock()
+    admission = RenewalLatencyAdmission(limit=0.5, hold=10, clock=clock)
+    admission.renewed(object(), 0.5)
+    assert admission.closed_for_ms() == 0
+    admission.renewed(object(), 0.501)
+    assert admission.closed_for_ms() == 10_000
+    assert admission.closings == 1
+
+
+def test_a_closed_admission_opens_after_the_hold_and_each_slow_renewal_extends_it():
+    clock = ManualClock()
+    admission = closed(clock, 10)
+    clock.advance_ms(4_000)
+    assert admission.closed_for_ms() == 6_000
+    admission.renewed(object(), 2.0)
+    assert admission.closed_for_ms() == 10_000
+    clock.advance_ms(10_000)
+    assert admission.closed_for_ms() == 0
+
+
+@pytest.mark.parametrize(("limit", "hold"), [(0, 1), (1, 0), (-1, 1), (float("nan"), 1)])
+def test_a_limit_or_hold_that_is_not_a_positive_number_of_seconds_is_refused(limit, hold):
+    with pytest.raises(ValueError, match="positive seconds"):
+        RenewalLatencyAdmission(limit=limit, hold=hold)
+
+
+@pytest.mark.parametrize("mode", [{}, TERM], ids=["epoch", "term"])
+async def test_a_vacant_role_waits_for_the_admission_to_open_then_is_taken(mode):
+    cluster = Cluster()
+    admission = closed(cluster.clock, 5)
+    candidate = cluster.candidate("a", admission=admission, **mode)
+    await cluster.advance(4.9)
+    assert not candidate.done()
+    await cluster.until(candidate.done, within=0.5)
+    assert candidate.result().member == "a"
+
+
+@pytest.mark.parametrize("mode", [{}, TERM], ids=["epoch", "term"])
+async def test_the_challenger_behind_a_closed_one_takes_the_role_at_its_own_slot(mode):
+    cluster = Cluster()
+    leader = await lead(cluster, "a", **mode)
+    busy = cluster.candidate("b", admission=closed(cluster.clock, 60), **mode)
+    second = cluster.candidate("c", **mode)
+    await cluster.settle()
+    crash(leader)
+    await cluster.until(second.done, within=LEASE + STAGGER + 1)
+    assert second.result().member == "c"
+    assert not busy.done()
+    busy.cancel()
+
+
+async def test_a_runner_campaigns_through_its_admission():
+    cluster = Cluster()
+
+    async def work(_leadership):
+        await asyncio.Event().wait()
+
+    admission = closed(cluster.clock, 5)
+    runner = LeaderRunner(cluster.transport(), "billing", "a", work,
+                          options=LeadershipOptions(cluster.partitions, LEASE, RENEW, STAGGER),
+                          clock=cluster.clock, admission=admission)
+    runner.start()
+    try:
+        await cluster.advance(4.9)
+        assert not runner.leading
+        await cluster.until(lambda: runner.leading, within=0.5)
+    finally:
+        await cluster.stop_runners(runner)
