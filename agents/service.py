@@ -44,6 +44,7 @@ from mode import Service
 from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
+from coordination.admission import RenewalLatencyAdmission
 from coordination.cancellation import bounded
 from coordination.heap import HeapSettler, settle_heap
 
@@ -98,12 +99,17 @@ class RoleService(Service):
                 log.warning("cannot connect the coordination transport yet: %r", exc)
                 await asyncio.sleep(CONNECT_RETRY)
         ctx.transport = transport
-        observer = MetricsObserver(ctx.metrics)
+        settings = ctx.settings
+        # One admission for the whole worker: it is the process that is busy.
+        admission = (RenewalLatencyAdmission(settings.admission_limit, settings.renew_interval,
+                                             ctx.clock)
+                     if settings.admission_limit else None)
+        observer = MetricsObserver(ctx.metrics, admission)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):
-            options = ctx.settings.role_options(ctx.outputs.get(name, ()))
+            options = settings.role_options(ctx.outputs.get(name, ()))
             runner = RoleRunner(transport, name, fn, member, options, clock=ctx.clock,
-                                observer=observer)
+                                observer=observer, admission=admission)
             ctx.runners[name] = runner
             ctx.metrics.standing(name)
             runner.start()

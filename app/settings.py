@@ -68,6 +68,7 @@ VARIABLES: Mapping[str, str] = {
     "challenge_stagger": "COORDINATION_CHALLENGE_STAGGER",
     "placement": "COORDINATION_PLACEMENT",
     "rebalance_interval": "COORDINATION_REBALANCE_INTERVAL",
+    "admission_limit": "COORDINATION_ADMISSION_LIMIT",
     "fencing": "COORDINATION_FENCING",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
@@ -137,6 +138,9 @@ class Settings:
     placement: str = defaults.PLACEMENT
     rebalance_interval: float = 15.0
     """Seconds between two handovers of one worker under ``balanced`` (0: never)."""
+    admission_limit: float = 0.0
+    """Seconds: after a renewal slower than this the worker takes no role for one
+    renew interval (`coordination.admission`; 0: it always takes its turn)."""
     fencing: str = defaults.FENCING
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
@@ -172,6 +176,9 @@ class Settings:
                 f"COORDINATION_CHALLENGE_STAGGER ({self.challenge_stagger} s), so a handover "
                 "has settled before the next plan counts it (docs/design.md#rebalancing); "
                 "0 turns rebalancing off")
+        if self.admission_limit < 0:
+            raise ValueError(f"COORDINATION_ADMISSION_LIMIT={self.admission_limit} is "
+                             "negative; 0 turns the admission off")
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
         if self.log_format not in LOG_FORMATS:

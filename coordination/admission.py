@@ -45,11 +45,15 @@ class Admission(Protocol):
 class RenewalLatencyAdmission:
     """Closed for `hold` seconds after a renewal took longer than `limit` seconds.
 
-    A renewal's latency (from sending the lease record to the commit's
+    A lease write's latency (from sending the lease record to the commit's
     acknowledgement) is the process's queue: the event loop's backlog, its
     connections' and the broker's. It grows before any tenure is lost, and
-    one slow renewal is enough to stop taking roles for a while. Pass
-    `renewed` to every tenure's `on_renewed` (`Leadership.on_renewed`).
+    one slow write is enough to stop taking roles for a while. Pass
+    `renewed` to every tenure's `on_renewed` (`Leadership.on_renewed`), and
+    give it each new tenure's `first_lease_latency` too: a role taken renews
+    only a renew interval later, and a process taking roles fast would
+    otherwise learn of its load that late. A `hold` of one renew interval
+    lets every held role renew once before the next role is taken.
     """
 
     def __init__(self, limit: float, hold: float, clock: Clock | None = None) -> None:
@@ -64,7 +68,7 @@ class RenewalLatencyAdmission:
         """How many slow renewals closed it (or kept it closed)."""
 
     def renewed(self, _record: object, latency: float) -> None:
-        """An `on_renewed` observer: a renewal took `latency` seconds."""
+        """An `on_renewed` observer: a lease write took `latency` seconds."""
         if latency * 1000 > self.limit_ms:
             self.closings += 1
             self._open_at = max(self._open_at, self._clock.monotonic_ms() + self.hold_ms)

@@ -24,6 +24,7 @@ def test_the_defaults():
     assert settings.leadership_options.placement == "registration"
     assert settings.leadership_options.fencing == "epoch"
     assert settings.terms_topic == "__coordination_terms"
+    assert settings.admission_limit == 0  # a worker takes its turn however busy it is
 
 
 def test_every_variable_is_read():
@@ -34,7 +35,7 @@ def test_every_variable_is_read():
         "COORDINATION_WEB_PORT": "7000", "COORDINATION_WEB_HOST": "pod-0.svc",
         "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
         "COORDINATION_PLACEMENT": "balanced", "COORDINATION_FENCING": "term",
-        "COORDINATION_TERMS_TOPIC": "terms",
+        "COORDINATION_TERMS_TOPIC": "terms", "COORDINATION_ADMISSION_LIMIT": "2.5",
     })
     assert settings.bootstrap_servers == "k:1"
     assert settings.partitions == 8
@@ -45,6 +46,7 @@ def test_every_variable_is_read():
     assert settings.leadership_options.placement == "balanced"
     assert settings.leadership_options.fencing == "term"
     assert settings.terms_topic == "terms"
+    assert settings.admission_limit == 2.5
 
 
 def test_the_member_id_follows_the_port_the_worker_serves_on():
@@ -61,6 +63,7 @@ def test_the_member_id_follows_the_port_the_worker_serves_on():
      "COORDINATION_PLACEMENT='even' is not one of registration, balanced"),
     ({"COORDINATION_FENCING": "terms"},
      "COORDINATION_FENCING='terms' is not one of epoch, term"),
+    ({"COORDINATION_ADMISSION_LIMIT": "-1"}, "negative; 0 turns the admission off"),
 ])
 def test_impossible_settings_fail_at_start_up(env, message):
     with pytest.raises(ValueError, match=message):
