@@ -108,6 +108,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-hold", type=float, default=None,
                    help="seconds each roles-scale N, and the roles-scale-group roles, are "
                         "held (default 40; --quick 12)")
+    p.add_argument("--scale-admission", type=float, default=0.0,
+                   help="roles-scale: the worker holds its campaigns while a renewal took "
+                        "longer than this many seconds (coordination.admission; 0: off)")
     p.add_argument("--group-roles", type=int, default=None,
                    help="roles of roles-scale-group, on a group of three workers "
                         "(default 3000; --quick 300)")
@@ -165,6 +168,9 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     bench.scale_roles = ([int(n) for n in args.scale_roles.split(",")] if args.scale_roles
                          else [100, 1000] if args.quick else [100, 1000, 4000, 10000])
     bench.scale_hold = args.scale_hold or (12.0 if args.quick else 40.0)
+    if args.scale_admission < 0:
+        raise SystemExit(f"--scale-admission must not be negative, got {args.scale_admission}")
+    bench.scale_admission = args.scale_admission
     bench.group_roles = args.group_roles or (300 if args.quick else 3000)
     bench.group_start_rate = args.group_start_rate
     if SCALE & set(wanted):

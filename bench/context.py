@@ -64,6 +64,8 @@ class Bench:
     tail_wait_ms: int = 200
     scale_roles: list[int] = field(default_factory=lambda: [100, 1000])
     scale_hold: float = 40.0
+    scale_admission: float = 0.0
+    """roles-scale's `RenewalLatencyAdmission` limit in seconds (0: none)."""
     scale_limit: str = ""
     group_roles: int = 3000
     group_start_rate: float = 0.0

@@ -117,6 +117,7 @@ async def roles_scale(bench: Bench) -> None:
             "--partitions", str(PARTITIONS), "--roles", str(n),
             "--prefix", f"bench.scale.{bench.run_id}.{n}", "--lease", str(LEASE),
             "--renew", str(RENEW), "--stagger", str(STAGGER), "--hold", str(bench.scale_hold),
+            "--admission", str(bench.scale_admission),
             name=f"scale-{n}", log=bench.folder / "logs" / f"scale-{n}.log")
         last: dict[str, float] | None = None
         try:
@@ -170,6 +171,9 @@ async def roles_scale(bench: Bench) -> None:
                                   acquire_progress=[[round(e["seconds"], 1), e["held"],
                                                      e["failed"]] for e in _progress(child)],
                                   acquire_failures=acquired["failed"],
+                                  admission_s=bench.scale_admission or None,
+                                  not_admitted=acquired.get("not_admitted", 0),
+                                  admission_closings=acquired.get("admission_closings", 0),
                                   roles_lost_while_holding=done["ended"],
                                   baseline_rss_mib=round(base["rss"], 1),
                                   baseline_fds=base["fds"], baseline_sockets=base["sockets"],
@@ -194,7 +198,10 @@ async def roles_scale(bench: Bench) -> None:
                              metric=f"renewal-latency@{n}"))
             bench.add(Result("roles-scale", "krabka", "ms", done["lateness_ms"], config,
                              metric=f"renewal-lateness@{n}"))
-            print(f"  roles-scale N={n}: held {held} in {acquired['seconds']:.1f} s, "
+            admitted = (f" (admission {bench.scale_admission} s: {acquired['not_admitted']} "
+                        f"not admitted, closed {acquired['admission_closings']} times)"
+                        if bench.scale_admission else "")
+            print(f"  roles-scale N={n}: held {held}{admitted} in {acquired['seconds']:.1f} s, "
                   f"RSS {max(rss):.0f} MiB ({per_role['rss_per_role_kib']:.0f} KiB/role), "
                   f"CPU {cpu:.1f} %, fds {last['fds']:.0f}, sockets {last['sockets']:.0f}, "
                   f"lost {done['ended']}{gc_summary(done.get('gc'))}", flush=True)

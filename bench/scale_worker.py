@@ -13,10 +13,16 @@ Every event is one JSON line on stdout.
 
 Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
 holds them for ``--hold`` seconds while they renew, timing every renewal. A
-tenure that ends on its own is resigned, not campaigned for again.
+tenure that ends on its own is resigned, not campaigned for again. With
+``--admission LIMIT`` each campaign waits while a `RenewalLatencyAdmission`
+is closed (a renewal took longer than LIMIT seconds in the last
+``--admission-hold``); once no role was taken for ``--plateau`` seconds
+while it was closed, the campaigns still waiting are cancelled and the
+worker holds what it has.
 Events: ``baseline`` (transport started, nothing held), ``progress`` (every
 tenth of N and every ``--progress-every`` seconds, so a stop says where it
-was), ``acquired``, ``settled`` (the heap settled, `coordination.heap`: the
+was), ``acquired`` (held, failed, and with an admission the roles not admitted
+and how many slow renewals closed it), ``settled`` (the heap settled, `coordination.heap`: the
 objects frozen), ``holding``, ``renewals`` (latency and lateness samples,
 roles still held, and the garbage collector's pauses in the window: for
 generations 0, 1 and 2 how many, the longest and all together, in ms).
@@ -55,6 +61,7 @@ from coordination import (
     Leadership,
     LeadershipOptions,
     Lease,
+    RenewalLatencyAdmission,
     RunnerObserver,
     TenureStop,
     acquire_leadership,
@@ -135,6 +142,9 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     held: list[Leadership] = []
     failures: list[str] = []
     started = time.monotonic()
+    admission = (RenewalLatencyAdmission(args.admission, args.admission_hold)
+                 if args.admission > 0 else None)
+    last_taken = [started]
 
     def progress() -> None:
         emit("progress", done=len(held) + len(failures), held=len(held), failed=len(failures),
@@ -157,22 +167,42 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     async def take(i: int) -> None:
         async with gate:
             try:
-                leadership = await take_role(args, transport, i)
-                leadership.on_renewed = renewals.timer(leadership)
+                leadership = await take_role(args, transport, i, admission)
+                leadership.on_renewed = observe_renewals(renewals.timer(leadership), admission)
+                if admission is not None:
+                    # The first lease is a lease write too, and the only one for a
+                    # renew interval: without it the admission would learn of the
+                    # load only once the roles taken first renew.
+                    admission.renewed(None, leadership.first_lease_latency)
                 resign_when_over(leadership)
                 held.append(leadership)
+                last_taken[0] = time.monotonic()
             except Exception as exc:
                 failures.append(repr(exc)[:300])
             if (len(held) + len(failures)) % max(1, args.roles // 10) == 0:
                 progress()
 
+    def plateaued() -> bool:
+        """No role taken for `--plateau` seconds while the admission is closed."""
+        return (admission is not None and admission.closed_for_ms() > 0
+                and time.monotonic() - last_taken[0] > args.plateau)
+
     ticker = asyncio.create_task(every(args.progress_every, progress))
+    campaigns = [asyncio.create_task(take(i)) for i in range(args.roles)]
+    pending: set[asyncio.Task[None]] = set(campaigns)
     try:
-        await asyncio.gather(*(take(i) for i in range(args.roles)))
+        while pending and not plateaued():
+            _done, pending = await asyncio.wait(pending, timeout=1.0)
+        for campaign in pending:
+            campaign.cancel()  # a cancelled campaign leaves no leader (acquire_leadership)
+        await asyncio.gather(*campaigns, return_exceptions=True)
     finally:
         ticker.cancel()
     emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
-         seconds=time.monotonic() - started)
+         not_admitted=args.roles - len(held) - len(failures),
+         admission_closings=0 if admission is None else admission.closings,
+         # After a plateau, until the last role taken, not until the plateau ended.
+         seconds=(last_taken[0] if pending else time.monotonic()) - started)
     # The held roles have stopped changing: settle the heap now, as the worker
     # application does once they have stayed the same for a while, and before
     # the hold window, so the window measures renewals on a settled heap.
@@ -189,10 +219,23 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
                  if leadership.done.done()][:5])
 
 
-async def take_role(args: argparse.Namespace, transport: KafkaTransport, i: int) -> Leadership:
+async def take_role(args: argparse.Namespace, transport: KafkaTransport, i: int,
+                    admission: RenewalLatencyAdmission | None = None) -> Leadership:
     """Campaign for role `i` with the run's options, until this member leads it."""
     return await acquire_leadership(transport, role_name(args, i), args.member,
-                                    options=options_of(args))
+                                    options=options_of(args), admission=admission)
+
+
+def observe_renewals(timer: Callable[[Lease, float], None],
+                     admission: RenewalLatencyAdmission | None) -> Callable[[Any, float], None]:
+    """A tenure's one renewal observer: the bench's timer, then the admission."""
+    if admission is None:
+        return timer
+
+    def renewed(lease: Any, latency: float) -> None:
+        timer(lease, latency)
+        admission.renewed(lease, latency)
+    return renewed
 
 
 def role_name(args: argparse.Namespace, i: int) -> str:
@@ -329,6 +372,14 @@ def main() -> int:
     p.add_argument("--stagger", type=float, default=5.0)
     p.add_argument("--hold", type=float, default=40.0)
     p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--admission", type=float, default=0.0,
+                   help="alone: hold campaigns while a renewal took longer than this many "
+                        "seconds (0: no admission)")
+    p.add_argument("--admission-hold", type=float, default=10.0,
+                   help="how long one slow renewal keeps the admission closed (s)")
+    p.add_argument("--plateau", type=float, default=60.0,
+                   help="alone, with an admission: stop campaigning once no role was taken "
+                        "for this long while the admission was closed (s)")
     p.add_argument("--progress-every", type=float, default=5.0)
     p.add_argument("--start-rate", type=float, default=0.0,
                    help="in a group: start this many candidates a second (0: all at once)")
