@@ -116,9 +116,9 @@ class MetricsObserver(RunnerObserver):
         first renew, a renew interval later."""
         admission = self._admission
         if admission is not None:
-            was_open = admission.closed_for_ms() == 0
+            was_open = not admission.closed
             admission.renewed(leadership, latency)
-            if was_open and admission.closed_for_ms():
+            if was_open and admission.closed:
                 log.warning("a lease write of %s took %.2f s (COORDINATION_ADMISSION_LIMIT "
                             "%.2f s): this worker takes no role for %.1f s", role, latency,
                             admission.limit_ms / 1000, admission.hold_ms / 1000)

@@ -102,7 +102,7 @@ class RoleService(Service):
         settings = ctx.settings
         # One admission for the whole worker: it is the process that is busy.
         admission = (RenewalLatencyAdmission(settings.admission_limit, settings.renew_interval,
-                                             ctx.clock)
+                                             ctx.clock, rate=settings.admission_rate or None)
                      if settings.admission_limit else None)
         observer = MetricsObserver(ctx.metrics, admission)
         member = ctx.member

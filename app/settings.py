@@ -69,6 +69,7 @@ VARIABLES: Mapping[str, str] = {
     "placement": "COORDINATION_PLACEMENT",
     "rebalance_interval": "COORDINATION_REBALANCE_INTERVAL",
     "admission_limit": "COORDINATION_ADMISSION_LIMIT",
+    "admission_rate": "COORDINATION_ADMISSION_RATE",
     "fencing": "COORDINATION_FENCING",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
@@ -141,6 +142,8 @@ class Settings:
     admission_limit: float = 0.0
     """Seconds: after a renewal slower than this the worker takes no role for one
     renew interval (`coordination.admission`; 0: it always takes its turn)."""
+    admission_rate: float = 0.0
+    """With `admission_limit`: the roles this worker takes a second at most (0: no cap)."""
     fencing: str = defaults.FENCING
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
@@ -179,6 +182,12 @@ class Settings:
         if self.admission_limit < 0:
             raise ValueError(f"COORDINATION_ADMISSION_LIMIT={self.admission_limit} is "
                              "negative; 0 turns the admission off")
+        if self.admission_rate < 0:
+            raise ValueError(f"COORDINATION_ADMISSION_RATE={self.admission_rate} is "
+                             "negative; 0 leaves the admission uncapped")
+        if self.admission_rate and not self.admission_limit:
+            raise ValueError("COORDINATION_ADMISSION_RATE is set but COORDINATION_ADMISSION_LIMIT "
+                             "is 0: the rate caps an admission, so set the limit too")
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
         if self.log_format not in LOG_FORMATS:

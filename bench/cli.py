@@ -111,6 +111,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-admission", type=float, default=0.0,
                    help="roles-scale: the worker holds its campaigns while a renewal took "
                         "longer than this many seconds (coordination.admission; 0: off)")
+    p.add_argument("--scale-admission-rate", type=float, default=0.0,
+                   help="roles-scale, with --scale-admission: the admission's cap in roles a "
+                        "second (0: none)")
+    p.add_argument("--scale-concurrency", type=int, default=64,
+                   help="roles-scale: campaigns in flight at once (the worker application "
+                        "has no such cap: give N to campaign for every role at once)")
     p.add_argument("--group-roles", type=int, default=None,
                    help="roles of roles-scale-group, on a group of three workers "
                         "(default 3000; --quick 300)")
@@ -171,6 +177,11 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     if args.scale_admission < 0:
         raise SystemExit(f"--scale-admission must not be negative, got {args.scale_admission}")
     bench.scale_admission = args.scale_admission
+    if args.scale_admission_rate < 0 or args.scale_concurrency < 1:
+        raise SystemExit("--scale-admission-rate must not be negative and --scale-concurrency "
+                         "must be at least 1")
+    bench.scale_admission_rate = args.scale_admission_rate
+    bench.scale_concurrency = args.scale_concurrency
     bench.group_roles = args.group_roles or (300 if args.quick else 3000)
     bench.group_start_rate = args.group_start_rate
     if SCALE & set(wanted):

@@ -66,6 +66,10 @@ class Bench:
     scale_hold: float = 40.0
     scale_admission: float = 0.0
     """roles-scale's `RenewalLatencyAdmission` limit in seconds (0: none)."""
+    scale_admission_rate: float = 0.0
+    """Its cap in roles a second (0: none)."""
+    scale_concurrency: int = 64
+    """roles-scale's campaigns in flight at once."""
     scale_limit: str = ""
     group_roles: int = 3000
     group_start_rate: float = 0.0

@@ -118,6 +118,8 @@ async def roles_scale(bench: Bench) -> None:
             "--prefix", f"bench.scale.{bench.run_id}.{n}", "--lease", str(LEASE),
             "--renew", str(RENEW), "--stagger", str(STAGGER), "--hold", str(bench.scale_hold),
             "--admission", str(bench.scale_admission),
+            "--admission-rate", str(bench.scale_admission_rate),
+            "--concurrency", str(bench.scale_concurrency),
             name=f"scale-{n}", log=bench.folder / "logs" / f"scale-{n}.log")
         last: dict[str, float] | None = None
         try:
@@ -172,6 +174,8 @@ async def roles_scale(bench: Bench) -> None:
                                                      e["failed"]] for e in _progress(child)],
                                   acquire_failures=acquired["failed"],
                                   admission_s=bench.scale_admission or None,
+                                  admission_rate=bench.scale_admission_rate or None,
+                                  concurrency=bench.scale_concurrency,
                                   not_admitted=acquired.get("not_admitted", 0),
                                   admission_closings=acquired.get("admission_closings", 0),
                                   roles_lost_while_holding=done["ended"],
@@ -198,7 +202,10 @@ async def roles_scale(bench: Bench) -> None:
                              metric=f"renewal-latency@{n}"))
             bench.add(Result("roles-scale", "krabka", "ms", done["lateness_ms"], config,
                              metric=f"renewal-lateness@{n}"))
-            admitted = (f" (admission {bench.scale_admission} s: {acquired['not_admitted']} "
+            admitted = (f" (admission {bench.scale_admission} s"
+                        + (f", {bench.scale_admission_rate}/s" if bench.scale_admission_rate
+                           else "")
+                        + f": {acquired['not_admitted']} "
                         f"not admitted, closed {acquired['admission_closings']} times)"
                         if bench.scale_admission else "")
             print(f"  roles-scale N={n}: held {held}{admitted} in {acquired['seconds']:.1f} s, "

@@ -16,7 +16,8 @@ holds them for ``--hold`` seconds while they renew, timing every renewal. A
 tenure that ends on its own is resigned, not campaigned for again. With
 ``--admission LIMIT`` each campaign waits while a `RenewalLatencyAdmission`
 is closed (a renewal took longer than LIMIT seconds in the last
-``--admission-hold``); once no role was taken for ``--plateau`` seconds
+``--admission-hold``), and with ``--admission-rate`` admits at most that
+many roles a second; once no role was taken for ``--plateau`` seconds
 while it was closed, the campaigns still waiting are cancelled and the
 worker holds what it has.
 Events: ``baseline`` (transport started, nothing held), ``progress`` (every
@@ -142,7 +143,8 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     held: list[Leadership] = []
     failures: list[str] = []
     started = time.monotonic()
-    admission = (RenewalLatencyAdmission(args.admission, args.admission_hold)
+    admission = (RenewalLatencyAdmission(args.admission, args.admission_hold,
+                                         rate=args.admission_rate or None)
                  if args.admission > 0 else None)
     last_taken = [started]
 
@@ -184,7 +186,7 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
 
     def plateaued() -> bool:
         """No role taken for `--plateau` seconds while the admission is closed."""
-        return (admission is not None and admission.closed_for_ms() > 0
+        return (admission is not None and admission.closed
                 and time.monotonic() - last_taken[0] > args.plateau)
 
     ticker = asyncio.create_task(every(args.progress_every, progress))
@@ -377,6 +379,8 @@ def main() -> int:
                         "seconds (0: no admission)")
     p.add_argument("--admission-hold", type=float, default=10.0,
                    help="how long one slow renewal keeps the admission closed (s)")
+    p.add_argument("--admission-rate", type=float, default=0.0,
+                   help="with --admission: take at most this many roles a second (0: no cap)")
     p.add_argument("--plateau", type=float, default=60.0,
                    help="alone, with an admission: stop campaigning once no role was taken "
                         "for this long while the admission was closed (s)")

@@ -25,6 +25,9 @@ measure this package provides, fed by the renewals of the tenures held.
 
 from __future__ import annotations
 
+import math
+import random as random_module
+from collections.abc import Callable
 from typing import Protocol
 
 from coordination.clock import Clock, SystemClock
@@ -43,7 +46,8 @@ class Admission(Protocol):
 
 
 class RenewalLatencyAdmission:
-    """Closed for `hold` seconds after a renewal took longer than `limit` seconds.
+    """Closed for `hold` seconds after a lease write took longer than `limit`
+    seconds; with a `rate`, it admits at most that many roles a second.
 
     A lease write's latency (from sending the lease record to the commit's
     acknowledgement) is the process's queue: the event loop's backlog, its
@@ -54,18 +58,44 @@ class RenewalLatencyAdmission:
     only a renew interval later, and a process taking roles fast would
     otherwise learn of its load that late. A `hold` of one renew interval
     lets every held role renew once before the next role is taken.
+
+    The `rate` is for a process that stands for many roles at once (a
+    worker starting with thousands of vacant roles): without it, every
+    candidate whose turn has come passes the open admission at the same
+    instant, before any lease write could close it. Up to one second's worth
+    of roles may be taken at once.
+
+    A candidate told to wait is told a different time than the others, up
+    to `hold` later than it could be admitted (`random()` times `hold`):
+    thousands of waiting candidates then ask again spread over the hold,
+    not all at the instant the admission opens.
     """
 
-    def __init__(self, limit: float, hold: float, clock: Clock | None = None) -> None:
+    def __init__(self, limit: float, hold: float, clock: Clock | None = None, *,
+                 rate: float | None = None,
+                 random: Callable[[], float] = random_module.random) -> None:
         if not limit > 0 or not hold > 0:
             raise ValueError(f"limit and hold must be positive seconds, got {limit!r} and "
                              f"{hold!r}")
+        if rate is not None and not rate > 0:
+            raise ValueError(f"rate must be a positive number of roles a second, got {rate!r}")
         self.limit_ms = round(limit * 1000)
         self.hold_ms = round(hold * 1000)
+        self.rate = rate
         self._clock = clock or SystemClock()
+        self._random = random
         self._open_at = 0
+        self._burst = 1.0 if rate is None else max(1.0, rate)
+        self._tokens = self._burst
+        self._filled_at = self._clock.monotonic_ms()
         self.closings = 0
-        """How many slow renewals closed it (or kept it closed)."""
+        """How many slow lease writes closed it (or kept it closed)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether a slow lease write closed it, for less than `hold` ago (asking
+        this takes nothing from the rate)."""
+        return self._open_at > self._clock.monotonic_ms()
 
     def renewed(self, _record: object, latency: float) -> None:
         """An `on_renewed` observer: a lease write took `latency` seconds."""
@@ -74,4 +104,18 @@ class RenewalLatencyAdmission:
             self._open_at = max(self._open_at, self._clock.monotonic_ms() + self.hold_ms)
 
     def closed_for_ms(self) -> int:
-        return max(0, self._open_at - self._clock.monotonic_ms())
+        """0, taking one role off the rate; else the wait, spread as the class says."""
+        now = self._clock.monotonic_ms()
+        if self._open_at > now:
+            return self._spread(self._open_at - now)
+        if self.rate is None:
+            return 0
+        self._tokens = min(self._burst, self._tokens + (now - self._filled_at) * self.rate / 1000)
+        self._filled_at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0
+        return self._spread(math.ceil((1 - self._tokens) * 1000 / self.rate))
+
+    def _spread(self, wait_ms: int) -> int:
+        return wait_ms + math.floor(self._random() * self.hold_ms)

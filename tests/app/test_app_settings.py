@@ -36,6 +36,7 @@ def test_every_variable_is_read():
         "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
         "COORDINATION_PLACEMENT": "balanced", "COORDINATION_FENCING": "term",
         "COORDINATION_TERMS_TOPIC": "terms", "COORDINATION_ADMISSION_LIMIT": "2.5",
+        "COORDINATION_ADMISSION_RATE": "50",
     })
     assert settings.bootstrap_servers == "k:1"
     assert settings.partitions == 8
@@ -46,7 +47,7 @@ def test_every_variable_is_read():
     assert settings.leadership_options.placement == "balanced"
     assert settings.leadership_options.fencing == "term"
     assert settings.terms_topic == "terms"
-    assert settings.admission_limit == 2.5
+    assert (settings.admission_limit, settings.admission_rate) == (2.5, 50)
 
 
 def test_the_member_id_follows_the_port_the_worker_serves_on():
@@ -64,6 +65,9 @@ def test_the_member_id_follows_the_port_the_worker_serves_on():
     ({"COORDINATION_FENCING": "terms"},
      "COORDINATION_FENCING='terms' is not one of epoch, term"),
     ({"COORDINATION_ADMISSION_LIMIT": "-1"}, "negative; 0 turns the admission off"),
+    ({"COORDINATION_ADMISSION_LIMIT": "1", "COORDINATION_ADMISSION_RATE": "-5"},
+     "negative; 0 leaves the admission uncapped"),
+    ({"COORDINATION_ADMISSION_RATE": "50"}, "set the limit too"),
 ])
 def test_impossible_settings_fail_at_start_up(env, message):
     with pytest.raises(ValueError, match=message):

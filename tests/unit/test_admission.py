@@ -16,20 +16,26 @@ from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 TERM = {"fencing": "term", "outputs": ("out",)}
 
 
+def no_spread() -> float:
+    return 0.0
+
+
 def closed(clock: ManualClock, seconds: float) -> RenewalLatencyAdmission:
-    """An admission a slow renewal has just closed for `seconds`."""
-    admission = RenewalLatencyAdmission(limit=0.5, hold=seconds, clock=clock)
+    """An admission a slow renewal has just closed for `seconds` (waits not spread)."""
+    admission = RenewalLatencyAdmission(limit=0.5, hold=seconds, clock=clock, random=no_spread)
     admission.renewed(object(), 0.6)
     return admission
 
 
 def test_an_admission_is_open_until_a_renewal_takes_longer_than_the_limit():
     clock = ManualClock()
-    admission = RenewalLatencyAdmission(limit=0.5, hold=10, clock=clock)
+    admission = RenewalLatencyAdmission(limit=0.5, hold=10, clock=clock, random=no_spread)
     admission.renewed(object(), 0.5)
     assert admission.closed_for_ms() == 0
+    assert not admission.closed
     admission.renewed(object(), 0.501)
     assert admission.closed_for_ms() == 10_000
+    assert admission.closed
     assert admission.closings == 1
 
 
@@ -42,6 +48,43 @@ def test_a_closed_admission_opens_after_the_hold_and_each_slow_renewal_extends_i
     assert admission.closed_for_ms() == 10_000
     clock.advance_ms(10_000)
     assert admission.closed_for_ms() == 0
+
+
+def test_waiting_candidates_are_told_waits_spread_over_the_hold():
+    clock = ManualClock()
+    draws = iter([0.0, 0.5, 0.999])
+    admission = RenewalLatencyAdmission(limit=0.5, hold=10, clock=clock,
+                                        random=lambda: next(draws))
+    admission.renewed(object(), 1.0)
+    clock.advance_ms(4_000)
+    assert [admission.closed_for_ms() for _ in range(3)] == [6_000, 11_000, 15_990]
+
+
+def test_a_rate_admits_a_second_s_worth_at_once_then_one_role_per_interval():
+    clock = ManualClock()
+    admission = RenewalLatencyAdmission(limit=1, hold=10, clock=clock, rate=4, random=no_spread)
+    assert [admission.closed_for_ms() for _ in range(5)] == [0, 0, 0, 0, 250]
+    clock.advance_ms(250)
+    assert admission.closed_for_ms() == 0
+    assert admission.closed_for_ms() == 250
+    clock.advance_ms(100)
+    assert admission.closed_for_ms() == 150
+    clock.advance_ms(10_000)  # a long quiet time refills one second's worth, no more
+    assert [admission.closed_for_ms() for _ in range(5)] == [0, 0, 0, 0, 250]
+
+
+def test_a_slow_lease_write_closes_a_rated_admission_and_asking_takes_nothing_meanwhile():
+    clock = ManualClock()
+    admission = RenewalLatencyAdmission(limit=1, hold=10, clock=clock, rate=2, random=no_spread)
+    admission.renewed(object(), 1.5)
+    assert [admission.closed_for_ms() for _ in range(3)] == [10_000] * 3
+    clock.advance_ms(10_000)
+    assert [admission.closed_for_ms() for _ in range(3)] == [0, 0, 500]
+
+
+def test_a_rate_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match="positive number of roles a second"):
+        RenewalLatencyAdmission(limit=1, hold=1, rate=0)
 
 
 @pytest.mark.parametrize(("limit", "hold"), [(0, 1), (1, 0), (-1, 1), (float("nan"), 1)])
