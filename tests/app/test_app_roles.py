@@ -10,11 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from agents.roles import MetricsObserver, RoleRunner, declare
+from app.factory import create_app
+from app.install import install
 from app.metrics import Metrics
+from app.settings import Settings
 from coordination import (
+    STATE_TOPIC,
     Leadership,
     LeadershipOptions,
     ManualClock,
+    MemoryBroker,
     MemoryTransport,
     RenewalLatencyAdmission,
     TransportError,
@@ -283,3 +288,35 @@ def test_a_slow_first_lease_closes_the_worker_s_admission_too():
     admission = RenewalLatencyAdmission(limit=2.0, hold=10.0, clock=ManualClock())
     MetricsObserver(Metrics(), admission).elected(ROLE, SimpleNamespace(first_lease_latency=2.5))
     assert admission.closed
+
+
+@pytest.mark.parametrize(("limit", "rate"), [(1.5, 20.0), (1.5, 0.0), (0.0, 0.0)])
+async def test_a_worker_gives_all_its_runners_one_admission_of_its_settings(limit, rate):
+    broker = MemoryBroker()
+    broker.create_topic(STATE_TOPIC, 4)
+    settings = Settings(partitions=4, member_id="a", app_id="test-admission",
+                        admission_limit=limit, admission_rate=rate)
+
+    async def idle(_leadership):
+        await asyncio.Event().wait()
+
+    installation = install(create_app(settings, store="memory://"), settings,
+                           transport_factory=lambda: MemoryTransport(broker))
+    for name in ("x", "y"):
+        installation.role(name)(idle)
+    service = installation.service
+    service._assigned.set()  # the partition assignment a worker waits for first
+    await service._connect_and_run()
+    try:
+        admissions = [runner.admission for runner in installation.context.runners.values()]
+        assert len(admissions) == 2
+        if not limit:
+            assert admissions == [None, None]
+            return
+        admission = admissions[0]
+        assert admissions[1] is admission
+        assert isinstance(admission, RenewalLatencyAdmission)
+        assert (admission.limit_ms, admission.hold_ms) == (1500, 10_000)  # hold: renew interval
+        assert admission.rate == (rate or None)
+    finally:
+        await service.resign_all()
