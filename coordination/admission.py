@@ -32,7 +32,7 @@ from typing import Protocol
 
 from coordination.clock import Clock, SystemClock
 
-__all__ = ["Admission", "RenewalLatencyAdmission"]
+__all__ = ["Admission", "RenewalLatencyAdmission", "wait_ms"]
 
 
 class Admission(Protocol):
@@ -43,6 +43,13 @@ class Admission(Protocol):
         candidate waits before it asks again (it also wakes on any change of
         its role's state in the meantime)."""
         ...
+
+
+def wait_ms(admission: Admission | None) -> int:
+    """How long a candidate whose turn has come waits before it challenges or
+    claims: 0 without an admission (the one rule both fencing modes' candidates
+    follow)."""
+    return 0 if admission is None else admission.closed_for_ms()
 
 
 class RenewalLatencyAdmission:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from coordination.admission import Admission
+from coordination.admission import Admission, wait_ms
 from coordination.clock import Clock, SystemClock
 from coordination.epoch_tenure import EpochLeadership, hand_back
 from coordination.errors import EpochLostError, FencedError, FormatError, TransportError
@@ -164,7 +164,7 @@ class _Candidate:
             await self._prepare_if_first(state)
             await self.follower.wait(max(step.at_ms, self.not_before))
         elif step.action == "challenge":
-            closed_ms = 0 if self.admission is None else self.admission.closed_for_ms()
+            closed_ms = wait_ms(self.admission)
             if closed_ms:
                 await self.follower.wait(now + closed_ms)
                 return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from coordination.admission import Admission
+from coordination.admission import Admission, wait_ms
 from coordination.cancellation import through_cancellation
 from coordination.clock import Clock
 from coordination.evaluate import ordered_challengers
@@ -114,7 +114,7 @@ class _TermCandidate:
         elif step.action == "wait":
             await self._wait(step.at_ms)
         elif step.action == "claim":
-            closed_ms = 0 if self.admission is None else self.admission.closed_for_ms()
+            closed_ms = wait_ms(self.admission)
             if closed_ms:
                 await self._wait(self.clock.monotonic_ms() + closed_ms)
                 return None
