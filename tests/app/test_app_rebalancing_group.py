@@ -19,12 +19,18 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
 from tests.app.test_app_rebalancing_broker import APP, _held, _until, balanced_group
-from tests.support.rebalancing import long_vacancies, replaced_without_resignation, vacancies
+from tests.support.rebalancing import (
+    long_vacancies,
+    replaced_without_resignation,
+    role_history,
+    vacancies,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
@@ -127,4 +133,16 @@ async def test_300_roles_split_evenly_over_three_workers_and_a_fourth_gets_its_s
     long = long_vacancies(records, joined_ms, read_ms, STAGGER * 1000)
     assert not long, f"vacancies over one stagger: {long}"
     replaced = replaced_without_resignation(records, joined_ms)
-    assert not replaced, f"holders replaced without a resignation: {replaced}"
+    assert not replaced, f"holders replaced without a resignation: {replaced}\n" + "\n".join(
+        _story(records, text.split(": ", 1)[0], joined_ms, workers) for text in replaced[:3])
+
+
+def _story(records: list[Any], role: str, joined_ms: float, workers: list[AppWorker]) -> str:
+    """`role`'s records and every worker's log lines about it, for a failure."""
+    lines = [f"{role}, its records (ms from the join):",
+             *role_history(records, role, joined_ms)]
+    for worker in workers:
+        said = [line for line in worker.log.read_text(errors="replace").splitlines()
+                if f"{role}:" in line or f"{role} " in line]
+        lines += [f"{worker.member} said of it:", *said[-20:]]
+    return "\n".join(lines)

@@ -174,3 +174,24 @@ def replaced_without_resignation(records: Iterable[Record], since_ms: float) -> 
             replaced.append(f"{key.role}: {member} replaced {holder[key.role]}")
         holder[key.role] = member
     return replaced
+
+
+def role_history(records: Iterable[Record], role: str, since_ms: float) -> list[str]:
+    """The state-topic records of `role`, each a line with its timestamp in ms
+    relative to `since_ms`: what a failed check shows of how the role moved."""
+    lines = []
+    for record in records:
+        key = decode_key(record.key)
+        if key.role != role:
+            continue
+        at = f"{record.timestamp - since_ms:+.0f} ms"
+        if key.kind is Kind.REGISTRATION:
+            lines.append(f"{at} {'deregistered' if record.value is None else 'registered'} "
+                         f"{key.member}")
+        elif record.value is None:
+            lines.append(f"{at} lease tombstone")
+        else:
+            lease = decode_lease(record.value)
+            lines.append(f"{at} lease of {lease.member}, token {lease.producer_id}:"
+                         f"{lease.producer_epoch}, granted {lease.granted_at - since_ms:+.0f} ms")
+    return lines

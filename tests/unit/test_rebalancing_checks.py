@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordination import encode_key, encode_lease
-from coordination.records import Lease, lease_key
-from tests.support.rebalancing import long_vacancies, replaced_without_resignation
+from coordination.records import Lease, lease_key, registration_key
+from tests.support.rebalancing import long_vacancies, replaced_without_resignation, role_history
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,16 @@ def test_a_holder_replaced_with_no_tombstone_between_is_named():
 def test_a_replacement_before_the_join_is_not_counted():
     records = [lease("a", "w1", 0), lease("a", "w2", 1_000), lease("a", "w2", 6_000)]
     assert replaced_without_resignation(records, since_ms=5_000) == []
+
+
+def test_a_role_s_history_lists_its_records_in_order_relative_to_the_join():
+    records = [R(encode_key(registration_key("a", "w1")), b"r", 0), lease("a", "w1", 100),
+               lease("b", "w2", 200), lease("a", None, 6_000),
+               R(encode_key(registration_key("a", "w1")), None, 6_000), lease("a", "w4", 6_100)]
+    assert role_history(records, "a", since_ms=5_000) == [
+        "-5000 ms registered w1",
+        "-4900 ms lease of w1, token 1:0, granted -4900 ms",
+        "+1000 ms lease tombstone",
+        "+1000 ms deregistered w1",
+        "+1100 ms lease of w4, token 1:0, granted +1100 ms",
+    ]
