@@ -211,18 +211,26 @@ class _Candidate:
         a renewal or a new tenure committed before that read is in the state
         evaluated. The refresh reads only the records since the follower's
         last read, not the partition from offset 0; the state is the same.
+
+        The transport gets the epoch ready first (`Transport.prepare_epoch`
+        with ``wait``), so that only InitProducerId comes between that read
+        and the epoch: a process slow to connect (one starting hundreds of
+        roles) would otherwise mint seconds after it read, and fence a member
+        ranked after it that took the role at its own slot meanwhile.
         """
         # Never mint an epoch on a topic whose partition count changed under us.
         check = await self.transport.check_topic(self.options.partitions,
                                                  self.options.lease_duration)
         self.abort_cleanup_interval_ms = check.abort_cleanup_interval_ms
+        self.prepared = True
+        await self.transport.prepare_epoch(self.role, self.options.lease_duration,
+                                           self.partition, self.options.outputs, wait=True)
         await self.follower.refresh()
-        if await self._stalled():
-            return None
         state = self.follower.state()
         now = self.clock.now_ms()
-        step = self._evaluate(state, now)
-        if step.action != "challenge" or now < self.not_before:
+        if (await self._stalled() or self._evaluate(state, now).action != "challenge"
+                or now < self.not_before):
+            await self._withdraw()
             return None
         read_end = self.follower.last_stable_offset
         self.prepared = False  # acquire_epoch takes (or drops) what was prepared
@@ -265,6 +273,12 @@ class _Candidate:
         leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
         leadership.predecessor_until = predecessor_until
         return leadership
+
+    async def _withdraw(self) -> None:
+        """Give up the challenge's preparation (it is pinned outside the transport's
+        limit); a member first in line prepares again as it waits."""
+        self.prepared = False
+        await self.transport.discard_prepared(self.role)
 
     async def _predecessor_until(self, read_end: int, tenure: int,
                                  token: FencingToken) -> int | None:

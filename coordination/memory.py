@@ -563,8 +563,9 @@ class MemoryTransport:
         return token
 
     async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
-                            outputs: Collection[str] = ()) -> None:
-        """Mints nothing; records that `role`'s producer was asked to get ready."""
+                            outputs: Collection[str] = (), *, wait: bool = False) -> None:
+        """Mints nothing; records that `role`'s producer was asked to get ready
+        (at once, `wait` or not: there is nothing to connect in memory)."""
         if not transaction_timeout > 0:
             raise ValueError(f"transaction_timeout must be positive, got {transaction_timeout}")
         self.prepared.add(role)

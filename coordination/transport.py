@@ -69,7 +69,7 @@ class Coordinator(Protocol):
         ...
 
     async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
-                            outputs: Collection[str] = ()) -> None:
+                            outputs: Collection[str] = (), *, wait: bool = False) -> None:
         """Get ready for a later `acquire_epoch` of `role`; mint nothing.
 
         A standby first in line calls it while it waits, so that its
@@ -82,6 +82,13 @@ class Coordinator(Protocol):
         transport, a missing state topic); the preparation itself runs in
         the background, and one that failed or is not ready is simply not
         used. No epoch moves, so nobody is fenced.
+
+        With `wait`, it returns once the preparation has ended (well or
+        not): a challenger calls it so, then reads the partition a last time
+        and decides, so that only InitProducerId stands between that read and
+        the epoch it mints. What it prepared is then kept, whatever the
+        transport's limits, until `acquire_epoch` takes it or
+        `discard_prepared` gives it up.
         """
         ...
 

@@ -24,7 +24,16 @@ It is an optimisation only, best effort at every step: a preparation that
 fails or has not finished when the challenge comes is dropped, and the
 challenge starts a producer from scratch as it would without one. At most
 `limit` producers are kept prepared per transport (a socket per broker and a
-metadata refresh each); the oldest is closed to make room. aiokafka has no
+metadata refresh each); the oldest is closed to make room.
+
+A challenger that has decided to challenge prepares its producer too, and
+waits for it (`ready`) before it reads the partition for the last time: the
+decision then stands on a read followed by the InitProducerId alone, not by
+the seconds a busy process can take to connect, during which a member ranked
+ahead could commit a tenure the new epoch would fence. Such a preparation is
+**pinned**: it is the producer the challenge opens anyway, taken at once, so
+it does not count towards `limit`, is never closed to make room, and is made
+even with `limit` 0. aiokafka has no
 public way to start a producer's network client apart from its sender, so
 the client's ``bootstrap()``, the sender's coordinator lookup and its
 ``start()`` are called here directly (listed in
@@ -58,6 +67,7 @@ class _Preparation:
     producer: Any
     timeout_ms: int
     task: asyncio.Task[None]
+    pinned: bool
 
 
 class PreparedProducers:
@@ -78,19 +88,35 @@ class PreparedProducers:
         self._closing: set[asyncio.Task[None]] = set()
 
     def prepare(self, role: str, timeout_ms: int, partition: int,
-                outputs: tuple[str, ...] = ()) -> None:
-        """Start preparing `role`'s producer in the background (nothing if already so)."""
-        if self._limit == 0:
-            return
+                outputs: tuple[str, ...] = (), *, pinned: bool = False) -> None:
+        """Start preparing `role`'s producer in the background (nothing if already
+        so); `pinned`: for a challenge about to be made, outside the limit."""
         held = self._by_role.get(role)
         if held is not None and held.timeout_ms == timeout_ms:
+            held.pinned = pinned
+            self._make_room()
+            return
+        if self._limit == 0 and not pinned:
             return
         self.discard(role)
-        while len(self._by_role) >= self._limit:
-            self.discard(next(iter(self._by_role)))
         producer = self._build(role, timeout_ms)
         task = asyncio.ensure_future(self._connect(role, producer, partition, outputs))
-        self._by_role[role] = _Preparation(producer, timeout_ms, task)
+        self._by_role[role] = _Preparation(producer, timeout_ms, task, pinned)
+        self._make_room()
+
+    async def ready(self, role: str) -> None:
+        """Return once `role`'s preparation has ended, well or not (at once without one)."""
+        held = self._by_role.get(role)
+        if held is not None:
+            # `wait` neither raises the preparation's error (it was logged, and
+            # `take` drops it) nor turns its cancellation into this caller's.
+            await asyncio.wait([held.task])
+
+    def _make_room(self) -> None:
+        """Close the oldest unpinned preparations beyond the limit."""
+        unpinned = [role for role, held in self._by_role.items() if not held.pinned]
+        for role in unpinned[:max(0, len(unpinned) - self._limit)]:
+            self.discard(role)
 
     def take(self, role: str, timeout_ms: int) -> Any | None:
         """`role`'s producer if its preparation finished well; None otherwise.

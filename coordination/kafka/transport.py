@@ -281,7 +281,7 @@ class KafkaTransport:
             return owner.token
 
     async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
-                            outputs: Collection[str] = ()) -> None:
+                            outputs: Collection[str] = (), *, wait: bool = False) -> None:
         """Connect `role`'s producer now so that a later `acquire_epoch` waits only
         for InitProducerId, and read `outputs`' metadata so that the first
         guarded write to them waits for none (`coordination.kafka.prepared`);
@@ -289,13 +289,17 @@ class KafkaTransport:
 
         Returns at once: the preparation runs in the background and is
         dropped, at no cost to the challenge, if it fails or is not ready.
+        With `wait`, returns once it has ended, and it is pinned (outside
+        the transport's limit of prepared producers) until taken or discarded.
         """
         self._check_open()
         timeout_ms = _timeout_ms(transaction_timeout)
         await self._require(self.topic, "state topic")  # the preparation reads its metadata
-        self._prepared.prepare(role, timeout_ms, partition, tuple(outputs))
+        self._prepared.prepare(role, timeout_ms, partition, tuple(outputs), pinned=wait)
         # The tenure's resignation asks the coordinator over the raw client.
         self._coordinators.warm(role)
+        if wait:
+            await self._prepared.ready(role)
 
     async def discard_prepared(self, role: str) -> None:
         """Close the producer `prepare_epoch` connected for `role`, if any."""

@@ -595,6 +595,27 @@ async def test_a_transport_keeps_at_most_its_number_of_prepared_producers(transp
         KafkaTransport("127.0.0.1:1", prepared_producers=-1)
 
 
+async def test_a_waited_preparation_has_ended_when_it_returns_and_stays_outside_the_limit(
+        transports):
+    """A challenger waits for its producer before its last read; that producer
+    is the one its challenge opens anyway, so no limit applies to it."""
+    standby = await transports(prepared_producers=1)
+    roles = [f"test.kt-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    await standby.prepare_epoch(roles[0], LEASE, 0)
+    await standby.prepare_epoch(roles[1], LEASE, 0, wait=True)
+    waited = standby._prepared._by_role[roles[1]].task
+    assert waited.done()
+    assert waited.exception() is None
+    assert [role in standby._prepared for role in roles] == [True, True]
+    await standby.prepare_epoch(roles[1], LEASE, 0)  # no longer waited for: the limit holds
+    assert [role in standby._prepared for role in roles] == [False, True]
+    off = await transports(prepared_producers=0)
+    await off.prepare_epoch(roles[0], LEASE, 0, wait=True)
+    assert roles[0] in off._prepared
+    await off.discard_prepared(roles[0])
+    assert len(off._prepared) == 0
+
+
 async def test_discarding_and_closing_close_every_prepared_producer(
         kafka_bootstrap, state_topic, terms_topic, role):
     before = asyncio.all_tasks()

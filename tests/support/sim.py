@@ -340,10 +340,12 @@ class FaultyTransport:
                                 transaction_timeout, current)
 
     async def prepare_epoch(self, role: str, transaction_timeout: float, partition: int,
-                            outputs: Collection[str] = ()) -> None:
-        # Returns at once on every transport: no delay or pause point to add.
+                            outputs: Collection[str] = (), *, wait: bool = False) -> None:
+        # Returns at once on the in-process model, `wait` or not: no delay or
+        # pause point to add.
         self._alive()
-        await self.inner.prepare_epoch(role, transaction_timeout, partition, outputs)
+        await self.inner.prepare_epoch(role, transaction_timeout, partition, outputs,
+                                       wait=wait)
 
     async def discard_prepared(self, role: str) -> None:
         self._alive()
