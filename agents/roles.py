@@ -18,7 +18,6 @@ unguarded side effects at the fence deadline.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -26,7 +25,6 @@ from coordination import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    RenewalLatencyAdmission,
     RoleFunction,
     RunnerObserver,
     TenureStop,
@@ -34,8 +32,6 @@ from coordination import (
 )
 
 __all__ = ["MetricsObserver", "RoleFunction", "RoleRunner", "check_outputs", "declare"]
-
-log = logging.getLogger("agents.roles")
 
 
 def declare(registry: dict[str, RoleFunction], name: str
@@ -93,35 +89,17 @@ class RoleMetrics(Protocol):
 
 
 class MetricsObserver(RunnerObserver):
-    """Turns a runner's reports into the worker's metrics, and its renewals'
-    latencies into the worker's `admission` when it has one."""
+    """Turns a runner's reports into the worker's metrics."""
 
-    def __init__(self, metrics: RoleMetrics,
-                 admission: RenewalLatencyAdmission | None = None) -> None:
+    def __init__(self, metrics: RoleMetrics) -> None:
         self._metrics = metrics
-        self._admission = admission
 
     def elected(self, role: str, leadership: Leadership) -> None:
         self._metrics.leading(role, True)
         self._metrics.lease_written(role, leadership.first_lease_latency)
-        self._admit(role, leadership, leadership.first_lease_latency)
 
     def renewed(self, role: str, leadership: Leadership, latency: float) -> None:
         self._metrics.lease_written(role, latency)
-        self._admit(role, leadership, latency)
-
-    def _admit(self, role: str, leadership: Leadership, latency: float) -> None:
-        """Every lease write's latency, the first lease's included, to the admission:
-        without the first, it would learn of the load only once the roles taken
-        first renew, a renew interval later."""
-        admission = self._admission
-        if admission is not None:
-            was_open = not admission.closed
-            admission.renewed(leadership, latency)
-            if was_open and admission.closed:
-                log.warning("a lease write of %s took %.2f s (COORDINATION_ADMISSION_LIMIT "
-                            "%.2f s): this worker takes no role for %.1f s", role, latency,
-                            admission.limit_ms / 1000, admission.hold_ms / 1000)
 
     def fenced(self, role: str, leadership: Leadership) -> None:
         self._metrics.fenced(role)

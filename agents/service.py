@@ -104,7 +104,7 @@ class RoleService(Service):
         admission = (RenewalLatencyAdmission(settings.admission_limit, settings.renew_interval,
                                              ctx.clock, rate=settings.admission_rate or None)
                      if settings.admission_limit else None)
-        observer = MetricsObserver(ctx.metrics, admission)
+        observer = MetricsObserver(ctx.metrics)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):
             options = settings.role_options(ctx.outputs.get(name, ()))

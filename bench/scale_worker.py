@@ -15,7 +15,7 @@ Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
 holds them for ``--hold`` seconds while they renew, timing every renewal. A
 tenure that ends on its own is resigned, not campaigned for again. With
 ``--admission LIMIT`` each campaign waits while a `RenewalLatencyAdmission`
-is closed (a renewal took longer than LIMIT seconds in the last
+is closed (a lease write took longer than LIMIT seconds in the last
 ``--admission-hold``), and with ``--admission-rate`` admits at most that
 many roles a second; once no role was taken for ``--plateau`` seconds
 while it was closed, the campaigns still waiting are cancelled and the
@@ -88,7 +88,7 @@ class Renewals:
         self.latency_ms: list[float] = []
         self.lateness_ms: list[float] = []
 
-    def timer(self, leadership: Leadership) -> Callable[[Lease, float], None]:
+    def timer(self, leadership: Leadership) -> Callable[[Any, float], None]:
         """A renewal observer for one tenure: its latency, and its lateness against
         the instant it was due (the previous grant, the first being the tenure's
         first lease, plus the jittered interval)."""
@@ -97,7 +97,7 @@ class Renewals:
         previous: list[int] = [] if first is None else [first.granted_at]
         count = [0]
 
-        def renewed(lease: Lease, latency: float) -> None:
+        def renewed(lease: Any, latency: float) -> None:  # a Lease: the bench runs epoch mode
             if self.holding:
                 self.latency_ms.append(latency * 1000)
                 if previous:
@@ -170,12 +170,7 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
         async with gate:
             try:
                 leadership = await take_role(args, transport, i, admission)
-                leadership.on_renewed = observe_renewals(renewals.timer(leadership), admission)
-                if admission is not None:
-                    # The first lease is a lease write too, and the only one for a
-                    # renew interval: without it the admission would learn of the
-                    # load only once the roles taken first renew.
-                    admission.renewed(None, leadership.first_lease_latency)
+                leadership.on_renewed = renewals.timer(leadership)
                 resign_when_over(leadership)
                 held.append(leadership)
                 last_taken[0] = time.monotonic()
@@ -226,18 +221,6 @@ async def take_role(args: argparse.Namespace, transport: KafkaTransport, i: int,
     """Campaign for role `i` with the run's options, until this member leads it."""
     return await acquire_leadership(transport, role_name(args, i), args.member,
                                     options=options_of(args), admission=admission)
-
-
-def observe_renewals(timer: Callable[[Lease, float], None],
-                     admission: RenewalLatencyAdmission | None) -> Callable[[Any, float], None]:
-    """A tenure's one renewal observer: the bench's timer, then the admission."""
-    if admission is None:
-        return timer
-
-    def renewed(lease: Any, latency: float) -> None:
-        timer(lease, latency)
-        admission.renewed(lease, latency)
-    return renewed
 
 
 def role_name(args: argparse.Namespace, i: int) -> str:

@@ -20,11 +20,14 @@ the web view); renewals that lose every role are not.
 
 Opt-in, like `coordination.heap`: the load belongs to the process, and the
 process decides what overloaded means. `RenewalLatencyAdmission` is the
-measure this package provides, fed by the renewals of the tenures held.
+measure this package provides. Every tenure taken through an admission
+tells it how long each of its lease writes took, the first included
+(`Admission.lease_written`); nothing else needs to feed it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random as random_module
 from collections.abc import Callable
@@ -34,14 +37,23 @@ from coordination.clock import Clock, SystemClock
 
 __all__ = ["Admission", "RenewalLatencyAdmission", "wait_ms"]
 
+log = logging.getLogger("coordination.admission")
+
 
 class Admission(Protocol):
-    """Asked by a candidate whose turn has come, before it challenges."""
+    """Asked by a candidate whose turn has come, before it challenges; told of
+    the lease writes of every tenure it admitted."""
 
     def closed_for_ms(self) -> int:
         """0 to admit one more role now; otherwise how long, in ms, the
         candidate waits before it asks again (it also wakes on any change of
         its role's state in the meantime)."""
+        ...
+
+    def lease_written(self, seconds: float) -> None:
+        """A tenure taken through this admission wrote a lease record (its
+        first, or a renewal: a heartbeat in term mode) in `seconds`, from
+        sending it to the acknowledgement."""
         ...
 
 
@@ -59,12 +71,12 @@ class RenewalLatencyAdmission:
     A lease write's latency (from sending the lease record to the commit's
     acknowledgement) is the process's queue: the event loop's backlog, its
     connections' and the broker's. It grows before any tenure is lost, and
-    one slow write is enough to stop taking roles for a while. Pass
-    `renewed` to every tenure's `on_renewed` (`Leadership.on_renewed`), and
-    give it each new tenure's `first_lease_latency` too: a role taken renews
-    only a renew interval later, and a process taking roles fast would
-    otherwise learn of its load that late. A `hold` of one renew interval
-    lets every held role renew once before the next role is taken.
+    one slow write is enough to stop taking roles for a while. Each
+    tenure's first lease counts too: a role taken renews only a renew
+    interval later, and a process taking roles fast would otherwise learn of
+    its load that late. A `hold` of one renew interval lets every held role
+    renew once before the next role is taken. A write that closes it logs a
+    warning.
 
     The `rate` is for a process that stands for many roles at once (a
     worker starting with thousands of vacant roles): without it, every
@@ -104,11 +116,16 @@ class RenewalLatencyAdmission:
         this takes nothing from the rate)."""
         return self._open_at > self._clock.monotonic_ms()
 
-    def renewed(self, _record: object, latency: float) -> None:
-        """An `on_renewed` observer: a lease write took `latency` seconds."""
-        if latency * 1000 > self.limit_ms:
+    def lease_written(self, seconds: float) -> None:
+        """A lease write took `seconds`: over the limit, it closes for the hold."""
+        if seconds * 1000 > self.limit_ms:
+            was_open = not self.closed
             self.closings += 1
             self._open_at = max(self._open_at, self._clock.monotonic_ms() + self.hold_ms)
+            if was_open:
+                log.warning("a lease write took %.2f s, over the admission's limit of %.2f s: "
+                            "this process takes no role for %.1f s", seconds,
+                            self.limit_ms / 1000, self.hold_ms / 1000)
 
     def closed_for_ms(self) -> int:
         """0, taking one role off the rate; else the wait, spread as the class says."""

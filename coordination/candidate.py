@@ -270,7 +270,7 @@ class _Candidate:
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
         leadership = EpochLeadership(self.transport, self.role, self.member, self.partition, token,
                                 tenure, lease, self.options, self.clock, sent_mono)
-        leadership.first_lease_latency = (self.clock.monotonic_ms() - sent_mono) / 1000
+        leadership._began((self.clock.monotonic_ms() - sent_mono) / 1000, self.admission)
         leadership.predecessor_until = predecessor_until
         return leadership
 

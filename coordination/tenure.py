@@ -28,6 +28,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from coordination.admission import Admission
 from coordination.cancellation import cancel_and_wait
 from coordination.clock import Clock
 from coordination.errors import FencedError, InvalidStateError, retryable
@@ -107,7 +108,8 @@ class Leadership(abc.ABC):
     moment each renewal (a lease record, a heartbeat) was sent: a step of
     this process's wall clock cannot extend the time it trusts its tenure.
     `on_renewed`, if set, is called with each renewal's record (a `Lease` or
-    a `Heartbeat`) and its latency in seconds.
+    a `Heartbeat`) and its latency in seconds; the admission the tenure was
+    taken through, if any, is told of each (`Admission.lease_written`).
     """
 
     token: Token
@@ -132,6 +134,7 @@ class Leadership(abc.ABC):
         self.on_renewed: Callable[[object, float], None] | None = None
         self.first_lease_latency = 0.0
         """Seconds from sending the tenure's first record to its acknowledgement."""
+        self._admission: Admission | None = None
         self.predecessor_until: int | None = None
         """Epoch ms (this member's wall clock) until which a tenure this one
         superseded while it was live may still run its function, or None.
@@ -337,14 +340,28 @@ class Leadership(abc.ABC):
         ):
             raise FencedError(f"{self.role}: the tenure of {self.token} is over ({self.err})")
 
+    def _began(self, first_lease_latency: float, admission: Admission | None) -> None:
+        """The candidate's last word: how long the first record took, and the
+        admission the tenure was taken through (told of it, and of every renewal)."""
+        self.first_lease_latency = first_lease_latency
+        self._admission = admission
+        if admission is not None:
+            admission.lease_written(first_lease_latency)
+
     def _renewed(self, record: object, sent_monotonic_ms: int, sent_wall_ms: int) -> None:
         self._sent_mono = sent_monotonic_ms
         self._sent_wall = sent_wall_ms
+        latency = (self._clock.monotonic_ms() - sent_monotonic_ms) / 1000
+        # An admission's or an observer's bug must not end the tenure.
+        if self._admission is not None:
+            try:
+                self._admission.lease_written(latency)
+            except Exception:
+                log.exception("%s: the admission failed on a renewal", self.role)
         if self.on_renewed is not None:
-            latency = (self._clock.monotonic_ms() - sent_monotonic_ms) / 1000
             try:
                 self.on_renewed(record, latency)
-            except Exception:  # an observer's bug must not end the tenure
+            except Exception:
                 log.exception("%s: the renewal observer failed", self.role)
 
     async def _renew_loop(self) -> None:

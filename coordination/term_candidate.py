@@ -176,7 +176,7 @@ class _TermCandidate:
         leadership = TermLeadership(self.transport, self.role, self.member, self.partition,
                                     term, offset, self.terms, self.options, self.clock,
                                     sent_mono, sent_wall)
-        leadership.first_lease_latency = (acked_mono - sent_mono) / 1000
+        leadership._began((acked_mono - sent_mono) / 1000, self.admission)
         log.info("%s: %s leads in term %d, tenure %d", self.role, self.member, term, offset)
         return leadership
 

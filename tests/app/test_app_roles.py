@@ -4,8 +4,6 @@ is cancelled on a fence or at the fence deadline; a clean stop resigns."""
 from __future__ import annotations
 
 import asyncio
-import logging
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +16,6 @@ from coordination import (
     STATE_TOPIC,
     Leadership,
     LeadershipOptions,
-    ManualClock,
     MemoryBroker,
     MemoryTransport,
     RenewalLatencyAdmission,
@@ -266,28 +263,6 @@ async def test_the_metrics_count_the_first_lease_and_every_renewal():
     assert value("coordination_resignations_total") == 1
     assert value("coordination_tenures_lost_total", reason="stopped") == 1
     assert value("coordination_fences_total") is None  # never fenced: no series
-
-
-def test_a_renewal_slower_than_the_limit_closes_the_worker_s_admission_and_says_so_once(
-        caplog):
-    clock = ManualClock()
-    admission = RenewalLatencyAdmission(limit=2.0, hold=10.0, clock=clock)
-    observer = MetricsObserver(Metrics(), admission)
-    observer.renewed(ROLE, object(), 1.5)
-    assert not admission.closed
-    with caplog.at_level(logging.WARNING, logger="agents.roles"):
-        observer.renewed(ROLE, object(), 2.5)
-        observer.renewed(ROLE, object(), 3.0)
-    assert admission.closed
-    warnings = [r.getMessage() for r in caplog.records if r.name == "agents.roles"]
-    assert warnings == [f"a lease write of {ROLE} took 2.50 s (COORDINATION_ADMISSION_LIMIT "
-                        "2.00 s): this worker takes no role for 10.0 s"]
-
-
-def test_a_slow_first_lease_closes_the_worker_s_admission_too():
-    admission = RenewalLatencyAdmission(limit=2.0, hold=10.0, clock=ManualClock())
-    MetricsObserver(Metrics(), admission).elected(ROLE, SimpleNamespace(first_lease_latency=2.5))
-    assert admission.closed
 
 
 @pytest.mark.parametrize(("limit", "rate"), [(1.5, 20.0), (1.5, 0.0), (0.0, 0.0)])

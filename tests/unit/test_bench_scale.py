@@ -19,8 +19,7 @@ from bench.scale import (
     growth,
     preferred_split,
 )
-from bench.scale_worker import GcPauses, observe_renewals
-from coordination import ManualClock, RenewalLatencyAdmission
+from bench.scale_worker import GcPauses
 
 
 def test_the_budget_fits_a_linear_acquisition_at_the_rate_of_the_largest_n_measured():
@@ -174,19 +173,3 @@ def test_the_summary_line_names_the_full_collections_and_the_younger_ones():
     assert line == (", GC in the hold: 2 full collections (longest 231 ms, 400 ms in all), "
                     "younger ones 300 ms")
     assert gc_summary(None) == ""
-
-
-def test_a_renewal_reaches_the_timer_and_then_the_admission():
-    timed: list[float] = []
-    admission = RenewalLatencyAdmission(limit=1.0, hold=10.0, clock=ManualClock())
-    renewed = observe_renewals(lambda _lease, latency: timed.append(latency), admission)
-    renewed(object(), 0.2)
-    renewed(object(), 1.5)
-    assert timed == [0.2, 1.5]
-    assert admission.closings == 1
-    assert admission.closed
-
-
-def test_without_an_admission_the_observer_is_the_timer_itself():
-    def timer(_lease: object, _latency: float) -> None: ...
-    assert observe_renewals(timer, None) is timer
