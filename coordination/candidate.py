@@ -390,11 +390,14 @@ class _Candidate:
         if stuck_at >= follower.high_watermark or stuck_at == self.stall_expired_at_lso:
             return False
         seen_hw = follower.high_watermark
-        hold_ms = (max(self.options.lease_ms, follower.longest_lease_ms)
+        hold_ms = (max(self.options.lease_ms, await follower.longest_lease())
                    + self.abort_cleanup_interval_ms)
         give_up = self.clock.now_ms() + hold_ms
         log.info("%s: stable offset %d below high watermark %d; holding the challenge for "
                  "up to %d ms", self.role, stuck_at, seen_hw, hold_ms)
+        # The wait below is for the marks to move, which a tail of one role
+        # does not wake for.
+        await follower.refresh(every_record=True)
         while follower.last_stable_offset < seen_hw and self.clock.now_ms() < give_up:
             await follower.wait(give_up)
         ended = self.clock.now_ms()

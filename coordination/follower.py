@@ -7,9 +7,13 @@ that the reader's followers share (`coordination.shared_fold`), and every
 later one reads only from the stable offset the follower already folded, so
 a read costs the records committed since, not the partition's length (which
 grows with every other role's renewals).
-Waiting is event-driven: a standby wakes on the next committed record (a
-renewal, a resignation's tombstone) within one fetch round trip, or at the
-instant `evaluate` named, whichever comes first.
+Waiting is event-driven: a standby wakes on the next committed record of
+its role (a renewal, a resignation's tombstone) within one fetch round
+trip, or at the instant `evaluate` named, whichever comes first. Its tail
+follows only its role (`StateReader.tail` with ``role``): the other roles of
+the partition, hundreds of them on a busy worker, wake it for nothing. What
+needs every record or every move of the marks asks for it
+(`refresh(every_record=True)`, `longest_lease`).
 """
 
 from __future__ import annotations
@@ -70,6 +74,22 @@ class Tailing:
         read, self._pending = self._pending.result(), None
         return read
 
+    def drain(self) -> PartitionRead | None:
+        """The read the tail returned that no wait has taken yet, if any."""
+        pending = self._pending
+        if (pending is None or not pending.done() or pending.cancelled()
+                or pending.exception() is not None):
+            return None
+        self._pending = None
+        return pending.result()
+
+    def returned_to(self) -> int | None:
+        """The tail's `PartitionTail.returned_to`; None without a tail, or while
+        a read it returned is still to be taken."""
+        if self._tail is None or (self._pending is not None and self._pending.done()):
+            return None
+        return self._tail.returned_to()
+
     async def close(self) -> None:
         """Drop the pending read and close the tail."""
         pending, self._pending = self._pending, None
@@ -99,14 +119,16 @@ class PartitionFollower:
         self._fold = RoleFold(role, placement=placement, challenge_stagger=challenge_stagger)
         self._next_offset = 0
         self._folded_to = 0
-        """A stable offset below which every committed record is folded."""
+        """A stable offset below which every committed record this role's fold
+        folds is folded (other roles' records may not have been read)."""
         self.last_stable_offset = 0
         self.high_watermark = 0
         self.longest_lease_ms = 0
-        """The longest lease of any role seen on the partition (`Candidate._stalled`)."""
+        """The longest lease of any role seen in this follower's own reads
+        (`longest_lease` has them all)."""
         self._tail = Tailing()
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, every_record: bool = False) -> None:
         """Fold everything committed up to a stable offset read after this call.
 
         What a challenge decides on: once it returns, `state()` holds every
@@ -118,14 +140,26 @@ class PartitionFollower:
         the one a read of the whole partition would fold
         (tests/unit/test_follower_refresh.py, tests/unit/test_shared_fold.py)
         and the cost is the records committed since the last read. The tail
-        restarts at the new stable offset.
+        restarts at the new stable offset, following only this role unless
+        `every_record`: then every record and every move of the marks wakes
+        `wait` (the stuck stable offset hold waits for the marks to move).
         """
         if self._folded_to == 0 and self._next_offset == 0:  # nothing folded yet
             read = await self._start_from_shared()
         else:
+            self._catch_up_with_tail()
             read = await self._reader.read_partition(self.partition, self._folded_to)
             self._apply(read)
-        await self._tail.start(self._reader.tail(self.partition, read.last_stable_offset))
+        await self._tail.start(self._reader.tail(
+            self.partition, read.last_stable_offset, role=None if every_record else self.role))
+
+    async def longest_lease(self) -> int:
+        """The longest lease (ms) any role of the partition wrote, up to a read
+        made now: the partition's shared fold, brought up to date, has seen
+        every record, where this follower's tail sees only its role's."""
+        folded = await self._shared.role(self.role)
+        self.longest_lease_ms = max(self.longest_lease_ms, folded.longest_lease_ms)
+        return self.longest_lease_ms
 
     async def _start_from_shared(self) -> PartitionRead:
         folded = await self._shared.role(self.role)
@@ -136,6 +170,17 @@ class PartitionFollower:
         self._folded_to = folded.read.last_stable_offset
         self._marks(folded.read)
         return folded.read
+
+    def _catch_up_with_tail(self) -> None:
+        """Fold what the tail returned and no wait took, and skip what it skipped:
+        a tail of one role moved past the other roles' records, which a read
+        from there need not return again."""
+        ready = self._tail.drain()
+        if ready is not None:
+            self._apply(ready)
+        returned = self._tail.returned_to()
+        if returned is not None:
+            self._folded_to = max(self._folded_to, returned)
 
     def state(self) -> RoleState:
         """The role's state as of the records read so far (a snapshot)."""

@@ -35,6 +35,7 @@ from coordination.clock import Clock, SystemClock
 from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.errors import FencedError, InvalidStateError, StateTopicError, TransportError
 from coordination.partition import murmur2, to_positive
+from coordination.records import role_of
 from coordination.state import Record
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
@@ -414,20 +415,30 @@ async def _round_trip() -> None:
 
 
 class _MemoryTail:
-    def __init__(self, log: _Partition, from_offset: int) -> None:
+    def __init__(self, log: _Partition, from_offset: int, role: str | None = None) -> None:
         self._log = log
         self._position = from_offset
+        self._role = role
         self._seen: tuple[int, int] | None = None
 
     async def next(self) -> PartitionRead:
         while True:
             read = self._log.read_committed(self._position)
             marks = (read.last_stable_offset, read.high_watermark)
-            if read.records or marks != self._seen:
+            records = read.records
+            if self._role is not None:
+                records = [r for r in records if role_of(r.key) in (self._role, None)]
+                self._position = max(self._position, read.last_stable_offset)
+                if records:
+                    return PartitionRead(records, *marks)
+            elif records or marks != self._seen:
                 self._seen = marks
                 self._position = max(self._position, read.last_stable_offset)
                 return read
             await self._log.changed()
+
+    def returned_to(self) -> int:
+        return self._position
 
     async def close(self) -> None:
         return None
@@ -586,9 +597,11 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.partition(self.topic, partition).read_committed(from_offset)
 
-    async def tail(self, partition: int, from_offset: int) -> _MemoryTail:
-        """Follow the state topic's `partition` from `from_offset`."""
-        return _MemoryTail(self.broker.partition(self.topic, partition), from_offset)
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> _MemoryTail:
+        """Follow the state topic's `partition` from `from_offset` (only `role`'s
+        records, with `role`: `StateReader.tail`)."""
+        return _MemoryTail(self.broker.partition(self.topic, partition), from_offset, role)
 
     async def topic_facts(self) -> TopicFacts:
         """What the broker says of the state topic and itself."""

@@ -31,6 +31,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from coordination.errors import FormatError
 from coordination.wire import FAST_PATH_MISSES, Reader, Writer, slot_setters
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "encode_registration",
     "lease_key",
     "registration_key",
+    "role_of",
 ]
 
 FORMAT_VERSION = 0
@@ -142,6 +144,15 @@ def encode_key(key: Key) -> bytes:
         .string(key.member, "member")
         .done()
     )
+
+
+def role_of(key: bytes) -> str | None:
+    """The role `key` names, or None for a key that does not decode (a fold
+    cannot attribute it, so every role's fold lists it as an error)."""
+    try:
+        return decode_key(key).role
+    except FormatError:
+        return None
 
 
 def decode_key(data: bytes) -> Key:

@@ -108,8 +108,17 @@ class PartitionTail(Protocol):
         """Wait until the partition changes; return the new committed records.
 
         Returns when records became committed past the previous position, or
-        when the stable offset or high watermark moved. Cancelling it loses
+        when the stable offset or high watermark moved (a tail of one role:
+        only when records of its role became committed). Cancelling it loses
         nothing.
+        """
+        ...
+
+    def returned_to(self) -> int:
+        """A stable offset below which every record this tail's reads hold has
+        been returned by `next()`: a reader that applied every read it got has
+        them all. A tail of one role moves it past other roles' records
+        without returning anything, so such a reader need not read them again.
         """
         ...
 
@@ -133,8 +142,19 @@ class StateReader(Protocol):
         """
         ...
 
-    async def tail(self, partition: int, from_offset: int) -> PartitionTail:
-        """Follow `partition` from `from_offset`."""
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> PartitionTail:
+        """Follow `partition` from `from_offset`.
+
+        With `role`, the tail's reads hold only the records of `role` and
+        those whose key does not decode (`records.role_of`: the records a
+        fold of `role` folds), and `next()` returns only once there is such a
+        record: other roles' records and marks that moved alone wake nobody.
+        A waiting candidate follows its role so: on a partition of hundreds
+        of roles, it would otherwise wake at every renewal of every one of
+        them. Each read's marks are still the partition's, and every record
+        of `role` below a read's stable offset is in that read or an earlier one.
+        """
         ...
 
     async def topic_facts(self) -> TopicFacts:

@@ -16,6 +16,12 @@ once (the broker answers a read_committed long poll as soon as the stable
 offset moves); a move of the high watermark alone (a transaction opened)
 shows within one ``fetch_max_wait_ms`` plus one loop pass.
 
+A tail of one role (``role=``, a waiting candidate's) is handed only that
+role's records and those whose key does not decode, grouped by role once per
+fetch, and is woken only by them: a partition of hundreds of roles would
+otherwise wake every waiting candidate of every role at each renewal of any
+of them. Its marks are kept current all the same, without waking it.
+
 A new tail that starts below the hub's position rewinds the partition; the
 other tails drop the records they already had (each tracks the next offset it
 accepts). `next()` is cancel-safe: it only waits on an event, and records are
@@ -38,6 +44,7 @@ from coordination.errors import InvalidStateError
 from coordination.kafka.errors import KafkaTransportError, is_outage
 from coordination.kafka.lifecycle import stop_consumer
 from coordination.kafka.positions import marks, position
+from coordination.records import role_of
 from coordination.state import Record
 from coordination.transport import PartitionRead
 
@@ -51,11 +58,14 @@ Marks = tuple[int, int]
 class KafkaTail:
     """One follower of one partition (`PartitionTail`)."""
 
-    def __init__(self, hub: TailHub, topic: str, partition: int, from_offset: int) -> None:
+    def __init__(self, hub: TailHub, topic: str, partition: int, from_offset: int,
+                 role: str | None = None) -> None:
         self._hub = hub
         self.topic = topic
         self.partition = partition
+        self.role = role
         self._accept_from = from_offset
+        self._from_offset = from_offset
         self._records: list[Record] = []
         self._marks: Marks | None = None
         self._returned: Marks | None = None
@@ -80,6 +90,11 @@ class KafkaTail:
             self._changed.clear()
             await self._changed.wait()
 
+    def returned_to(self) -> int:
+        """Below the hub's stable offset and this tail's first record not yet returned."""
+        below = self._from_offset if self._marks is None else self._marks[0]
+        return min(below, self._records[0].offset) if self._records else below
+
     async def close(self) -> None:
         """Stop following; a pending `next()` raises."""
         if not self._closed:
@@ -99,7 +114,12 @@ class KafkaTail:
         # The hub consumed everything below the stable offset: nothing this
         # tail has not seen remains there.
         self._accept_from = max(self._accept_from, caught_up[0])
-        if caught_up != self._marks or self._records:
+        if self.role is not None:
+            # Marks alone wake no tail of one role; its records below them do.
+            self._marks = caught_up
+            if self._records and self._records[0].offset < caught_up[0]:
+                self._changed.set()
+        elif caught_up != self._marks or self._records:
             self._marks = caught_up
             self._changed.set()
 
@@ -112,7 +132,7 @@ class KafkaTail:
             return None
         lso, hw = self._marks
         ready = [r for r in self._records if r.offset < lso]
-        if not ready and self._marks == self._returned:
+        if not ready and (self.role is not None or self._marks == self._returned):
             return None
         self._records = [r for r in self._records if r.offset >= lso]
         self._returned = self._marks
@@ -127,7 +147,52 @@ class _Feed:
         self.position = position
         self.marks: Marks | None = None
         self.tails: set[KafkaTail] = set()
+        self.every_record: set[KafkaTail] = set()
+        self.by_role: dict[str, set[KafkaTail]] = {}
         self.dirty = False
+
+    def add(self, tail: KafkaTail) -> None:
+        self.tails.add(tail)
+        if tail.role is None:
+            self.every_record.add(tail)
+        else:
+            self.by_role.setdefault(tail.role, set()).add(tail)
+
+    def remove(self, tail: KafkaTail) -> None:
+        self.tails.discard(tail)
+        self.every_record.discard(tail)
+        if tail.role is not None:
+            same = self.by_role.get(tail.role)
+            if same is not None:
+                same.discard(tail)
+                if not same:
+                    del self.by_role[tail.role]
+
+    def push(self, records: list[Record]) -> None:
+        """Hand fetched `records` to the tails: all to those of every record,
+        each role's (and any whose key does not decode) to that role's."""
+        for tail in self.every_record:
+            tail._push(records)
+        if not self.by_role:
+            return
+        groups: dict[str, list[Record]] = {}
+        odd: list[Record] = []
+        for record in records:
+            role = role_of(record.key)
+            if role is None:
+                odd.append(record)
+            else:
+                groups.setdefault(role, []).append(record)
+        if not odd:
+            for role, mine in groups.items():
+                for tail in self.by_role.get(role, ()):
+                    tail._push(mine)
+            return
+        # A key that does not decode reaches every role's tail, in offset order.
+        for role, tails in self.by_role.items():
+            mine = sorted([*groups.get(role, ()), *odd], key=lambda r: r.offset)
+            for tail in tails:
+                tail._push(mine)
 
     def observe(self, consumer: Any) -> None:
         at = position(consumer, self.tp)
@@ -165,10 +230,12 @@ class TailHub:
         """How many tails are open."""
         return sum(len(feed.tails) for feed in self._feeds.values())
 
-    async def follow(self, topic: str, partition: int, from_offset: int) -> KafkaTail:
-        """A tail of `topic`'s `partition` returning committed records from `from_offset` on."""
+    async def follow(self, topic: str, partition: int, from_offset: int,
+                     role: str | None = None) -> KafkaTail:
+        """A tail of `topic`'s `partition` returning committed records from
+        `from_offset` on (only `role`'s, with `role`: `StateReader.tail`)."""
         consumer = await self._started()
-        tail = KafkaTail(self, topic, partition, from_offset)
+        tail = KafkaTail(self, topic, partition, from_offset, role)
         tp = TopicPartition(topic, partition)
         feed = self._feeds.get(tp)
         if feed is None:
@@ -182,7 +249,7 @@ class TailHub:
         elif feed.marks is not None and from_offset == feed.position == feed.marks[0]:
             # Caught up exactly where this tail starts: it can answer at once.
             tail._offer(feed.marks)
-        feed.tails.add(tail)
+        feed.add(tail)
         feed.dirty = True
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._run(consumer), name="tail partitions")
@@ -205,7 +272,7 @@ class TailHub:
     def _forget(self, tail: KafkaTail) -> None:
         feed = self._feeds.get(TopicPartition(tail.topic, tail.partition))
         if feed is not None:
-            feed.tails.discard(tail)
+            feed.remove(tail)
 
     async def _started(self) -> Any:
         async with self._start_lock:
@@ -244,9 +311,8 @@ class TailHub:
             feed = self._feeds.get(tp)
             if feed is None or not messages:
                 continue
-            records = [Record(m.offset, m.key or b"", m.value, m.timestamp) for m in messages]
-            for tail in feed.tails:
-                tail._push(records)
+            feed.push([Record(m.offset, m.key or b"", m.value, m.timestamp)
+                       for m in messages])
             feed.dirty = True
 
     def _fail_all(self, error: BaseException) -> None:

@@ -333,11 +333,13 @@ class KafkaTransport:
         await self._require(self.topic, "state topic")
         return await self._reader.read(self.topic, partition, from_offset)
 
-    async def tail(self, partition: int, from_offset: int) -> KafkaTail:
-        """Follow `partition` from `from_offset` (all tails share one consumer)."""
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> KafkaTail:
+        """Follow `partition` from `from_offset` (all tails share one consumer;
+        only `role`'s records, with `role`: `StateReader.tail`)."""
         self._check_open()
         await self._require(self.topic, "state topic")
-        return await self._hub.follow(self.topic, partition, from_offset)
+        return await self._hub.follow(self.topic, partition, from_offset, role)
 
     async def topic_facts(self) -> TopicFacts:
         """What the cluster says of the state topic and its brokers (cached)."""

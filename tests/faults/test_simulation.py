@@ -168,10 +168,10 @@ def test_roles_sharing_one_partition_survive_a_leader_dying_inside_a_transaction
     config = SimConfig.quiet(("m1", "m2", "m3"), ("billing", "reports", "ledger"),
                              partitions=1, delay_probability=0.3, delay_max_ms=400)
     sim = Simulation(config)
-    # 2.45 s lands inside one of the leader's guarded transactions (asserted
+    # 2.7 s lands inside one of the leader's guarded transactions (asserted
     # below; the schedule is deterministic, so a change to how members read
     # can move the transactions and this instant with them).
-    sim.at(2.45, "crash", "@billing", arg=round(LEASE * 1000))
+    sim.at(2.7, "crash", "@billing", arg=round(LEASE * 1000))
     report = run(sim)
     assert report.ok, report.describe()
     assert report.faults["crash inside a transaction"] == 1, report.describe()

@@ -446,6 +446,33 @@ async def test_a_tail_reports_an_open_transaction_and_wakes_when_it_ends(cluster
         await tail.close()
 
 
+async def test_a_tail_of_one_role_returns_its_records_and_undecodable_ones_and_nothing_else(
+        cluster, role):
+    """A waiting candidate follows its role only: another role's records on
+    its partition, and the marks they move, do not wake it."""
+    transport = await cluster.process()
+    other = f"{role}-other"
+    everything = await transport.tail(2, 0)
+    mine = await transport.tail(2, 0, role=role)
+    try:
+        token = await transport.acquire_epoch(other, LEASE)
+        elsewhere = await write_lease(transport, other, token, 2, *lease_record(other, token))
+        read = await asyncio.wait_for(everything.next(), 30)
+        while read.last_stable_offset <= elsewhere:  # the other role's lease is committed
+            read = await asyncio.wait_for(everything.next(), 30)
+        registered = await transport.append(2, *registration_record(role, "a"))
+        read = await asyncio.wait_for(mine.next(), 30)
+        assert [r.offset for r in read.records] == [registered]
+        assert read.last_stable_offset > registered
+        assert mine.returned_to() >= read.last_stable_offset
+        undecodable = await transport.append(2, b"\x00not a key", b"x")
+        read = await asyncio.wait_for(mine.next(), 30)
+        assert [r.offset for r in read.records] == [undecodable]
+    finally:
+        await everything.close()
+        await mine.close()
+
+
 async def test_cancelling_tail_next_loses_no_record(cluster, role):
     transport = await cluster.process()
     token = await transport.acquire_epoch(role, LEASE)

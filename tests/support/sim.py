@@ -358,8 +358,10 @@ class FaultyTransport:
         return await self._call("read_partition", self.inner.read_partition, partition,
                                 from_offset)
 
-    async def tail(self, partition: int, from_offset: int) -> _FaultyTail:
-        return _FaultyTail(self, await self.inner.tail(partition, from_offset), "tail")
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> _FaultyTail:
+        return _FaultyTail(self, await self.inner.tail(partition, from_offset, role=role),
+                           "tail")
 
     async def topic_facts(self) -> TopicFacts:
         return await self._call("topic_facts", self.inner.topic_facts)
@@ -410,15 +412,26 @@ class _FaultyTail:
         self._transport = transport
         self._inner = inner
         self._name = name
+        self._holding: PartitionRead | None = None
+        """A read the inner tail returned that this one has not yet (delayed)."""
 
     async def next(self) -> PartitionRead:
-        read = await self._inner.next()
-        transport = self._transport
-        _, after = transport.delay(self._name) if transport.delay is not None else (0, 0)
-        if after:
-            await transport._sleep(after)
-        await transport._pause_point()
+        read = self._holding = await self._inner.next()
+        try:
+            transport = self._transport
+            _, after = transport.delay(self._name) if transport.delay is not None else (0, 0)
+            if after:
+                await transport._sleep(after)
+            await transport._pause_point()
+        finally:
+            self._holding = None
         return read
+
+    def returned_to(self) -> int:
+        held = self._holding
+        if held is not None and held.records:
+            return min(self._inner.returned_to(), held.records[0].offset)
+        return self._inner.returned_to()
 
     async def close(self) -> None:
         await self._inner.close()

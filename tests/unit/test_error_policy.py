@@ -64,9 +64,9 @@ class BreakableTransport(MemoryTransport):
         self._call("read_partition")
         return await super().read_partition(partition, from_offset)
 
-    async def tail(self, partition, from_offset):
+    async def tail(self, partition, from_offset, *, role=None):
         self._call("tail")
-        return await super().tail(partition, from_offset)
+        return await super().tail(partition, from_offset, role=role)
 
     async def check_topic(self, partitions, lease_duration):
         self._call("check_topic")

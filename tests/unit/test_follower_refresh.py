@@ -24,10 +24,59 @@ from coordination import (
     registration_key,
 )
 from coordination.follower import PartitionFollower
-from tests.support.sim import LEASE, Cluster, crash
+from coordination.records import role_of
+from coordination.transport import PartitionTail
+from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.support.state_logs import partitions
 
 ROLES = ["r", "s"]
+
+
+class TailReads(MemoryTransport):
+    """A client that keeps every read its tails returned."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        super().__init__(broker)
+        self.tail_reads: list[PartitionRead] = []
+
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> PartitionTail:
+        return _Kept(self.tail_reads, await super().tail(partition, from_offset, role=role))
+
+
+class _Kept:
+    def __init__(self, reads: list[PartitionRead], tail: PartitionTail) -> None:
+        self._reads = reads
+        self._tail = tail
+
+    async def next(self) -> PartitionRead:
+        read = await self._tail.next()
+        self._reads.append(read)
+        return read
+
+    def returned_to(self) -> int:
+        return self._tail.returned_to()
+
+    async def close(self) -> None:
+        await self._tail.close()
+
+
+async def test_a_standby_wakes_only_for_its_own_role_s_records():
+    # Two roles on one partition, each renewed by its leader: the standby of
+    # "billing" is handed billing's renewals, and no read without a record.
+    cluster = Cluster(partitions=1)
+    billing = await lead_role(cluster, "a", "billing")
+    other = await lead_role(cluster, "c", "other")
+    standby = TailReads(cluster.broker)
+    waiting = cluster.candidate("b", transport=standby)
+    await cluster.advance(RENEW * 5)
+    assert standby.tail_reads, "billing renewed while b waited"
+    for read in standby.tail_reads:
+        assert read.records
+        assert {role_of(r.key) for r in read.records} == {"billing"}
+    waiting.cancel()
+    await billing.resign()
+    await other.resign()
 
 
 class CountingTransport(MemoryTransport):
@@ -126,6 +175,12 @@ async def test_each_refresh_starts_where_the_previous_read_ended():
         assert transport.reads == [(0, 1), (1, 2), (3, 0)]
     finally:
         await follower.close()
+
+
+async def lead_role(cluster: Cluster, member: str, role: str):
+    task = cluster.candidate(member, role=role)
+    await cluster.until(task.done, within=1)
+    return task.result()
 
 
 async def fill(transport: MemoryTransport, count: int) -> None:

@@ -52,9 +52,10 @@ class ReadOnly:
     async def read_partition(self, partition: int, from_offset: int = 0) -> PartitionRead:
         return await self._reader.read_partition(partition, from_offset)
 
-    async def tail(self, partition: int, from_offset: int) -> PartitionTail:
+    async def tail(self, partition: int, from_offset: int, *,
+                   role: str | None = None) -> PartitionTail:
         self.tails_open += 1
-        return _CountedTail(self, await self._reader.tail(partition, from_offset))
+        return _CountedTail(self, await self._reader.tail(partition, from_offset, role=role))
 
     async def topic_facts(self) -> TopicFacts:
         return await self._reader.topic_facts()
@@ -70,6 +71,9 @@ class _CountedTail:
 
     async def next(self) -> PartitionRead:
         return await self._tail.next()
+
+    def returned_to(self) -> int:
+        return self._tail.returned_to()
 
     async def close(self) -> None:
         self._owner.tails_open -= 1
