@@ -29,8 +29,9 @@ metadata refresh each); the oldest is closed to make room.
 A challenger that has decided to challenge prepares its producer too, and
 waits for it (`ready`) before it reads the partition for the last time: the
 decision then stands on a read followed by the InitProducerId alone, not by
-the seconds a busy process can take to connect, during which a member ranked
-ahead could commit a tenure the new epoch would fence. Such a preparation is
+the seconds a busy process can take to connect, during which another member
+could take the role at its own slot and the new epoch would fence it. Such a
+preparation is
 **pinned**: it is the producer the challenge opens anyway, taken at once, so
 it does not count towards `limit`, is never closed to make room, and is made
 even with `limit` 0. aiokafka has no
