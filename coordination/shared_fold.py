@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from coordination.errors import FormatError
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold
-from coordination.records import Kind, decode_key, decode_lease
+from coordination.records import Kind, decode_key, decode_lease, role_of
 from coordination.state import Record, RoleState
 from coordination.transport import PartitionRead, StateReader
 
@@ -130,9 +130,8 @@ class SharedFold:
             length = lease_length_ms(record)
             if length is not None:
                 self._longest_lease_ms = max(self._longest_lease_ms, length)
-            try:
-                role = decode_key(record.key).role
-            except FormatError:
+            role = role_of(record.key)
+            if role is None:
                 self._unattributed.append(record)
                 for fold in self._folds.values():
                     fold.apply(record)
