@@ -306,11 +306,12 @@ def _export_metrics(ctx: Context) -> None:
 
 
 def _probe_cluster(ctx: Context) -> None:
-    """Ask the cluster for the state topic's end on a timer, for ``GET /ready``."""
+    """Ask the cluster for the state topic's end, for ``GET /ready``: once the
+    worker has started, then every probe interval (`app.health.keep_probing`)."""
 
-    @ctx.app.timer(ctx.settings.ready_probe_interval, name="coordination-readiness-probe")
+    @ctx.app.task
     async def probe_cluster() -> None:
-        await health.probe(ctx)
+        await health.keep_probing(ctx)
 
 
 def _subscribe_events(ctx: Context) -> None:

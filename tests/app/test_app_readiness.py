@@ -10,6 +10,7 @@ reason; ``/ready`` answers 503 with them, and ``/health`` stays 200.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import pytest
@@ -201,6 +202,45 @@ async def test_a_probe_answered_after_the_probe_interval_but_within_the_timeout_
     await health.probe(ctx)
     assert ctx.cluster.error is None
     assert ctx.cluster.end_offsets == {p: 7 for p in range(4)}
+
+
+async def test_the_worker_probes_the_cluster_as_soon_as_its_tasks_start_then_every_interval():
+    """Faust starts an app's tasks once its tables have recovered; the first probe
+    must not wait an interval after that, or a worker otherwise ready answers 503."""
+    clock = ManualClock()
+    settings = Settings(partitions=4, member_id="a", app_id="test-first-probe",
+                        ready_probe_interval=30.0, ready_cluster_timeout=60.0)
+    ctx = build(settings, store="memory://", roles={}, clock=clock,
+                transport_factory=lambda: MemoryTransport(MemoryBroker(clock=clock)))
+    asked: list[int] = []
+    answered = asyncio.Event()
+
+    class Consumer:
+        async def highwaters(self, *partitions):
+            asked.append(clock.monotonic_ms())
+            answered.set()
+            return {tp: len(asked) for tp in partitions}
+
+    ctx.app.consumer = Consumer()
+    # What Faust runs for each of the app's tasks once recovery has completed.
+    start = next(task for task in ctx.app._app_tasks if task.__name__ == "probe_cluster")
+    probing = asyncio.create_task(start())
+    try:
+        await asyncio.wait_for(answered.wait(), 5)
+        assert asked == [0]
+        assert ctx.cluster.silent_for() == 0
+        answered.clear()
+        clock.advance(settings.ready_probe_interval - 0.001)
+        await asyncio.sleep(0)
+        assert asked == [0]  # no second probe before the interval has passed
+        clock.advance(0.001)
+        await asyncio.wait_for(answered.wait(), 5)
+        assert asked == [0, 30_000]
+        assert ctx.cluster.end_offsets == {p: 2 for p in range(4)}
+    finally:
+        probing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probing
 
 
 def test_the_bounds_are_settings_and_a_probe_interval_above_the_timeout_is_refused():
