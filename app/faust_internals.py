@@ -55,6 +55,10 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._consumer",
     "aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher",
     "aiokafka.consumer.fetcher:Fetcher._prefetch_backoff",
+    # The consumer thread's long poll (patch 9).
+    "aiokafka.consumer.fetcher:Fetcher._fetch_max_wait_ms",
+    # The table manager starts without its second's sleep (patch 10).
+    "faust.tables.manager:TableManager._update_channels",
     # A connection lost during FindCoordinator is retried (patch 8).
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.producer.sender:Sender._retry_backoff",

@@ -22,6 +22,7 @@ from aiokafka.errors import (
     KafkaError,
 )
 from aiokafka.producer.sender import Sender
+from aiokafka.protocol.fetch import FetchRequest_v4
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
@@ -117,9 +118,13 @@ def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch
                         faust_patches._original_wait_next_records)
     monkeypatch.setattr(faust_consumer.ThreadDelegateConsumer, "position",
                         faust_patches._original_position)
+    monkeypatch.setattr(faust_tables_manager.TableManager, "on_start",
+                        faust_patches._original_table_manager_on_start)
     assert not FAUST.covers("0.99.0")
     assert not faust_patches._patch_recovery("0.99.0")
     assert faust_recovery.Recovery._wait is original
+    assert (faust_tables_manager.TableManager.on_start
+            is faust_patches._original_table_manager_on_start)
     assert faust_tables_manager.TableManager.changelog_queue is original_queue
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._original_position
     assert faust_patches._patch_recovery("0.15.3")
@@ -127,6 +132,7 @@ def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch
     assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
+    assert faust_tables_manager.TableManager.on_start is faust_patches._table_manager_on_start
 
 
 # --- the recovery's end found without ten idle seconds ---------------------------------
@@ -550,8 +556,10 @@ async def test_unpatched_aiokafka_fetches_nothing_from_the_broker_until_that_par
     assert _fetched_after(fetcher, held) == []
 
 
-async def test_the_consumer_thread_s_consumer_fetches_without_backoff_once_started(monkeypatch):
-    consumer = types.SimpleNamespace(_fetcher=types.SimpleNamespace(_prefetch_backoff=0.1))
+async def test_the_consumer_thread_s_consumer_has_no_backoff_and_a_short_poll_once_started(
+        monkeypatch):
+    consumer = types.SimpleNamespace(_fetcher=types.SimpleNamespace(_prefetch_backoff=0.1,
+                                                                    _fetch_max_wait_ms=1500))
 
     async def start(thread: object) -> None:  # Faust's own creates and starts the consumer
         thread._consumer = consumer
@@ -559,6 +567,68 @@ async def test_the_consumer_thread_s_consumer_fetches_without_backoff_once_start
     monkeypatch.setattr(faust_patches, "_original_consumer_thread_on_start", start)
     await faust_patches._consumer_thread_on_start(types.SimpleNamespace())
     assert consumer._fetcher._prefetch_backoff == faust_patches.FETCH_BACKOFF == 0.0
+    assert consumer._fetcher._fetch_max_wait_ms == faust_patches.FETCH_MAX_WAIT_MS
+
+
+# --- the consumer thread's long poll holds its other requests back briefly (patch 9)
+
+
+def _fetch_waits_ms(fetcher: Fetcher) -> list[int]:
+    """How long each fetch the fetcher would send now lets the broker wait for records."""
+    requests, *_ = fetcher._get_actions_per_node(fetcher._subscriptions.subscription.assignment)
+    return [request.build(FetchRequest_v4).max_wait_time for _, request in requests]
+
+
+async def test_the_consumer_thread_s_fetches_wait_a_tenth_of_a_second_for_records():
+    fetcher = await _fetcher_holding_records_of(TopicPartition("state", 0),
+                                                TopicPartition("state", 1))
+    faust_patches.short_long_poll(types.SimpleNamespace(_fetcher=fetcher))
+    assert _fetch_waits_ms(fetcher) == [faust_patches.FETCH_MAX_WAIT_MS] == [100]
+
+
+def test_faust_still_makes_its_worker_consumer_wait_one_and_a_half_seconds():
+    """If this fails, Faust has changed how its consumer is made: patch 9 may be
+    moot, or may now undo a setting of the app's."""
+    source = inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer)
+    assert "fetch_max_wait_ms=1500" in source
+
+
+# --- the table manager starts its recovery at once (patch 10) ---------------------
+
+
+class _StartingTableManager:
+    """What ``TableManager.on_start`` touches, each step noted in `steps`."""
+
+    def __init__(self, should_stop: bool = False) -> None:
+        self.should_stop = should_stop
+        self.steps: list[str] = []
+
+        async def start() -> None:
+            self.steps.append("recovery started")
+
+        self.recovery = types.SimpleNamespace(start=start)
+
+    async def sleep(self, seconds: float) -> None:
+        self.steps.append(f"slept {seconds} s")
+
+    async def _update_channels(self) -> None:
+        self.steps.append("tables closed")
+
+
+async def test_the_table_manager_closes_its_tables_and_starts_recovery_without_sleeping():
+    faust_patches.apply()
+    manager = _StartingTableManager()
+    await faust_tables_manager.TableManager.on_start(manager)
+    assert manager.steps == ["tables closed", "recovery started"]
+
+
+async def test_faust_s_own_table_manager_sleeps_a_second_first_and_a_stopping_one_does_nothing():
+    manager = _StartingTableManager()
+    await faust_patches._original_table_manager_on_start(manager)
+    assert manager.steps == ["slept 1.0 s", "tables closed", "recovery started"]
+    stopping = _StartingTableManager(should_stop=True)
+    await faust_tables_manager.TableManager.on_start(stopping)
+    assert stopping.steps == []
 
 
 # --- a connection lost during FindCoordinator is retried (patch 8) ---------------
