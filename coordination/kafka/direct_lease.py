@@ -292,6 +292,7 @@ async def _produce(producer: Any, tp: Any, key: bytes, value: bytes | None,
                 manager.increment_sequence_number(tp, -1)
                 return None
             await client.force_metadata_update()
+            await asyncio.sleep(backoff)
             continue
         try:
             answer = await client.send(leader, request)

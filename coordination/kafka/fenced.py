@@ -198,7 +198,16 @@ class RoleProducer:
         flight = asyncio.ensure_future(self._direct(work, what))
         flight.add_done_callback(_retrieve)
         self._flight = flight
-        result: T = await asyncio.shield(flight)
+        try:
+            result: T = await asyncio.shield(flight)
+        except asyncio.CancelledError:
+            # The step was stopped because the producer is being closed
+            # (`_ground`), not its caller: say why, as any later call would.
+            caller = asyncio.current_task()
+            if (flight.cancelled() and self.retired is not None
+                    and caller is not None and not caller.cancelling()):
+                raise again_after(self.retired) from None
+            raise
         return result
 
     async def _direct(self, work: Coroutine[Any, Any, T], what: str) -> T:

@@ -497,6 +497,29 @@ async def test_a_commit_without_an_answer_is_completed_by_the_producer(
     await write_lease(transport, role, token, 0, key, value)
 
 
+async def test_a_lease_write_in_flight_when_its_producer_is_released_is_a_fence_not_a_cancel(
+    transport, role
+):
+    token = await acquire_and_renew_once(transport, role)
+    client = transport._producers[role].producer.client
+    send = client.send
+    produce_reached = asyncio.Event()
+
+    async def stalled(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        if getattr(request, "api_key", None) == PRODUCE:
+            produce_reached.set()
+            await asyncio.Event().wait()  # an answer that never comes
+        return await send(node_id, request, **kwargs)
+
+    client.send = stalled
+    write = asyncio.ensure_future(
+        write_lease(transport, role, token, 0, *lease_record(role, token)))
+    await asyncio.wait_for(produce_reached.wait(), DEADLINE)
+    await transport.release(role, token)
+    with pytest.raises(FencedError, match="released"):
+        await asyncio.wait_for(write, DEADLINE)
+
+
 async def test_a_guarded_write_after_a_direct_lease_write_joins_its_transaction(
     transport, role, kafka_bootstrap, state_topic
 ):
