@@ -49,7 +49,7 @@ from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyp
     TransactionState,
 )
 
-from coordination.cancellation import bounded
+from coordination.cancellation import bounded, within
 from coordination.errors import FencedError, InvalidStateError
 from coordination.kafka import direct_lease
 from coordination.kafka.errors import (
@@ -138,14 +138,15 @@ class RoleProducer:
         manager._sequence_numbers.clear()
         self.token = token
 
-    async def call(self, work: Awaitable[T], what: str) -> T:
+    async def call(self, work: Awaitable[T], what: str, *,
+                   bound: Callable[[Awaitable[T], float], Awaitable[T]] = bounded) -> T:
         """Await `work` within the transaction timeout, classifying every failure."""
         if self.retired is not None:
             if asyncio.iscoroutine(work):
                 work.close()
             raise again_after(self.retired)
         try:
-            return await bounded(work, self.timeout)
+            return await bound(work, self.timeout)
         except TimeoutError as exc:
             raise await self.retire(KafkaUnavailableError(
                 f"{self.role}: {what} did not complete within the transaction timeout "
@@ -211,8 +212,12 @@ class RoleProducer:
         return result
 
     async def _direct(self, work: Coroutine[Any, Any, T], what: str) -> T:
+        # The step is already a task of its own, so it is bounded in that task
+        # (`within`), not in one more (`bounded`): at 8 000 held roles the
+        # extra task, its asyncio.wait and its timer were a third of the
+        # worker's time (docs/benchmarks.md).
         try:
-            return await self.call(work, what)
+            return await self.call(work, what, bound=within)
         except direct_lease.ProducerStateLost as exc:
             raise await self.retire(ProducerFatalError(
                 f"{self.role}: {what}: the producer of {self.token} is out of step with the "
