@@ -46,7 +46,7 @@ from coordination import (
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, direct_lease
-from coordination.kafka.errors import KafkaTransportError
+from coordination.kafka.errors import KafkaTransportError, ProducerFatalError
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from coordination.token import FencingToken
@@ -518,6 +518,27 @@ async def test_a_lease_write_in_flight_when_its_producer_is_released_is_a_fence_
     await transport.release(role, token)
     with pytest.raises(FencedError, match="released"):
         await asyncio.wait_for(write, DEADLINE)
+
+
+async def test_a_lease_write_unanswered_for_the_transaction_timeout_closes_its_producer(
+    transport, role
+):
+    token = await acquire_and_renew_once(transport, role)
+    client = transport._producers[role].producer.client
+    send = client.send
+
+    async def unanswered(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        if getattr(request, "api_key", None) == PRODUCE:
+            await asyncio.Event().wait()
+        return await send(node_id, request, **kwargs)
+
+    client.send = unanswered
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailableError, match="did not complete within the transaction"):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+    assert time.monotonic() - started < DEADLINE
+    with pytest.raises(ProducerFatalError, match="closed"):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
 
 
 async def test_a_guarded_write_after_a_direct_lease_write_joins_its_transaction(
