@@ -5,7 +5,9 @@ job: it closes clients by hand when a bounded ``stop()`` did not finish and
 lets a cancelled ``bootstrap()`` finish first, by replacing it on the client
 instance that the client's own ``start()`` calls
 (`coordination.kafka.lifecycle`), gives a role producer one connection per
-broker instead of two (`coordination.kafka.one_connection`), drives the
+broker instead of two (`coordination.kafka.one_connection`), writes a lease
+record and commits it in requests of its own over a role producer's client
+(`coordination.kafka.direct_lease`), drives the
 producer's transaction manager itself and reads its fatal cause
 (`coordination.kafka.fenced`), reads a consumer's position without awaiting
 and wakes on its Fetch responses (`coordination.kafka.positions`), sends
@@ -80,6 +82,19 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.sender:InitPIDHandler.handle_response",
     "aiokafka.producer.transaction_manager:TransactionManager.txn_partitions",
     "aiokafka.producer.transaction_manager:TransactionManager.transactional_id",
+    # A lease write in requests of our own (`coordination.kafka.direct_lease`): the
+    # sender's coordinator and backoff, the manager kept in step, and the calls
+    # ``AIOKafkaConnection.send`` and ``_handle_frame`` make of a request.
+    "aiokafka.producer.sender:Sender._coordinators",
+    "aiokafka.producer.sender:Sender._coordinator_dead",
+    "aiokafka.producer.sender:Sender._retry_backoff",
+    "aiokafka.producer.transaction_manager:TransactionManager.sequence_number",
+    "aiokafka.producer.transaction_manager:TransactionManager.increment_sequence_number",
+    "aiokafka.producer.transaction_manager:TransactionManager._transition_to",
+    "aiokafka.producer.transaction_manager:TransactionManager.complete_transaction",
+    "aiokafka.conn:AIOKafkaConnection.send",
+    "aiokafka.conn:AIOKafkaConnection._handle_frame",
+    "aiokafka.record.default_records:DefaultRecordBatchBuilder",
     # A role producer uses one connection per broker (`coordination.kafka.one_connection`).
     "aiokafka.client:ConnectionGroup",
     # The consumer: a bounded stop, and the position read without awaiting.

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiokafka.client
+import aiokafka.errors
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -44,12 +45,14 @@ from coordination import (
     heartbeat_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport, KafkaUnavailableError
+from coordination.kafka import KafkaTransport, KafkaUnavailableError, direct_lease
+from coordination.kafka.errors import KafkaTransportError, ProducerFatalError
 from coordination.kafka.options import ClientOptions
 from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
+from coordination.token import FencingToken
 from coordination.transport import PartitionRead
 from tests.support import polling
-from tests.support.kafka_io import committed_values, transactional_id_error
+from tests.support.kafka_io import committed_values, read_committed, transactional_id_error
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.loop import run_ready_callbacks
 from tests.support.ports import free_port
@@ -369,6 +372,192 @@ async def test_a_cancelled_lease_write_does_not_wedge_the_producer(transport, ro
         await asyncio.gather(task, return_exceptions=True)
         await write_lease(transport, role, token, 0, *lease_record(role, token))
     assert (await transport.describe_epoch(role)).token == token
+
+
+# ------------------------------------------------ lease writes in requests of our own
+
+
+def requests_of(transport: KafkaTransport, role: str,
+                fail: Callable[[Any, int], BaseException | None] | None = None
+                ) -> list[tuple[str, int]]:
+    """From now on, every request the role's producer sends, as (kind, API key):
+    kind "direct" for `coordination.kafka.direct_lease`'s, "aiokafka" for the
+    producer's own. `fail(request, n)` may return an error to raise instead of
+    the n-th (from 1) direct request of that API key; the real request is sent
+    first when the error is a lost answer (``KafkaConnectionError``)."""
+    client = transport._producers[role].producer.client
+    send = client.send
+    sent: list[tuple[str, int]] = []
+
+    async def recorded(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        direct = isinstance(request, direct_lease.DirectRequest)
+        sent.append(("direct" if direct else "aiokafka", request.API_KEY if not direct
+                     else request.api_key))
+        error = fail(request, sum(1 for kind, key in sent if kind == "direct"
+                                  and key == request.api_key)) if direct and fail else None
+        if error is None:
+            return await send(node_id, request, **kwargs)
+        if isinstance(error, aiokafka.errors.KafkaConnectionError):
+            await send(node_id, request, **kwargs)
+        raise error
+
+    client.send = recorded
+    return sent
+
+
+ADD, PRODUCE, END = 24, 0, 26
+
+
+def asked(sent: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """`sent` without the AddPartitionsToTxn asked again at once (the
+    coordinator answers CONCURRENT_TRANSACTIONS while the previous
+    transaction's markers are written)."""
+    return [request for i, request in enumerate(sent)
+            if not (request[1] == ADD and i and sent[i - 1] == request)]
+
+
+async def acquire_and_renew_once(transport: KafkaTransport, role: str) -> FencingToken:
+    """A role's token, after one renewal: its producer knows the topic's leaders."""
+    token = await transport.acquire_epoch(role, LEASE)
+    await write_lease(transport, role, token, 1, *lease_record(role, token))
+    return token
+
+
+async def test_a_renewal_goes_out_as_three_requests_of_our_own_and_commits(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    sent = requests_of(transport, role)
+    key, value = lease_record(role, token)
+    offsets = [await write_lease(transport, role, token, 0, key, value) for _ in range(3)]
+    assert asked(sent) == [("direct", ADD), ("direct", PRODUCE), ("direct", END)] * 3
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed][-3:] == [(o, value) for o in offsets]
+    assert (await transport.describe_epoch(role)).token == token
+
+
+async def test_a_produce_whose_answer_was_lost_is_sent_again_and_written_once(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    lost = aiokafka.errors.KafkaConnectionError("the answer was lost")
+    sent = requests_of(transport, role, lambda request, n: lost
+                       if request.api_key == PRODUCE and n == 1 else None)
+    key, value = lease_record(role, token)
+    offset = await write_lease(transport, role, token, 0, key, value)
+    assert asked(sent) == [("direct", ADD), ("direct", PRODUCE), ("direct", PRODUCE),
+                           ("direct", END)]
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed] == [(offset, value)]
+    await write_lease(transport, role, token, 0, key, value)  # the sequence is in step
+
+
+async def test_a_produce_refused_for_good_gives_its_sequence_number_back(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    key, value = lease_record(role, token)
+    too_large = b"x" * (2 << 20)  # past the broker's message.max.bytes
+    with pytest.raises(KafkaTransportError, match="MessageSizeTooLarge"):
+        await write_lease(transport, role, token, 0, key, too_large)
+    offset = await write_lease(transport, role, token, 0, key, value)
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed] == [(offset, value)]
+
+
+async def test_a_lease_write_the_coordinator_did_not_take_goes_through_the_producer(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    sent = requests_of(transport, role, lambda request, n: aiokafka.errors.NodeNotReadyError()
+                       if request.api_key == ADD else None)
+    key, value = lease_record(role, token)
+    offset = await write_lease(transport, role, token, 0, key, value)
+    assert sent[0] == ("direct", ADD)
+    assert ("aiokafka", ADD) in sent
+    assert ("aiokafka", PRODUCE) in sent
+    assert ("aiokafka", END) in sent
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed] == [(offset, value)]
+
+
+async def test_a_commit_without_an_answer_is_completed_by_the_producer(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    lost = aiokafka.errors.KafkaConnectionError("the answer was lost")
+    sent = requests_of(transport, role, lambda request, n: lost
+                       if request.api_key == END else None)
+    key, value = lease_record(role, token)
+    offset = await write_lease(transport, role, token, 0, key, value)
+    assert asked(sent)[:3] == [("direct", ADD), ("direct", PRODUCE), ("direct", END)]
+    assert ("aiokafka", END) in asked(sent)[3:]
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed] == [(offset, value)]
+    await write_lease(transport, role, token, 0, key, value)
+
+
+async def test_a_lease_write_in_flight_when_its_producer_is_released_is_a_fence_not_a_cancel(
+    transport, role
+):
+    token = await acquire_and_renew_once(transport, role)
+    client = transport._producers[role].producer.client
+    send = client.send
+    produce_reached = asyncio.Event()
+
+    async def stalled(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        if getattr(request, "api_key", None) == PRODUCE:
+            produce_reached.set()
+            await asyncio.Event().wait()  # an answer that never comes
+        return await send(node_id, request, **kwargs)
+
+    client.send = stalled
+    write = asyncio.ensure_future(
+        write_lease(transport, role, token, 0, *lease_record(role, token)))
+    await asyncio.wait_for(produce_reached.wait(), DEADLINE)
+    await transport.release(role, token)
+    with pytest.raises(FencedError, match="released"):
+        await asyncio.wait_for(write, DEADLINE)
+
+
+async def test_a_lease_write_unanswered_for_the_transaction_timeout_closes_its_producer(
+    transport, role
+):
+    token = await acquire_and_renew_once(transport, role)
+    client = transport._producers[role].producer.client
+    send = client.send
+
+    async def unanswered(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        if getattr(request, "api_key", None) == PRODUCE:
+            await asyncio.Event().wait()
+        return await send(node_id, request, **kwargs)
+
+    client.send = unanswered
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailableError, match="did not complete within the transaction"):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+    assert time.monotonic() - started < DEADLINE
+    with pytest.raises(ProducerFatalError, match="closed"):
+        await write_lease(transport, role, token, 0, *lease_record(role, token))
+
+
+async def test_a_guarded_write_after_a_direct_lease_write_joins_its_transaction(
+    transport, role, kafka_bootstrap, state_topic
+):
+    token = await acquire_and_renew_once(transport, role)
+    key, value = lease_record(role, token)
+    txn = await transport.begin_transaction(role, token)
+    offset = await txn.write_lease(0, key, value)
+    await txn.send(state_topic, b"output", key=b"out", partition=0)
+    await txn.commit()
+    committed = await read_committed(kafka_bootstrap, state_topic)
+    assert [(r.offset, r.value) for r in committed] == [(offset, value), (offset + 1, b"output")]
+    txn = await transport.begin_transaction(role, token)
+    await txn.write_lease(0, key, value)
+    await txn.abort()
+    assert len(await read_committed(kafka_bootstrap, state_topic)) == 2
+    await write_lease(transport, role, token, 0, key, value)
+    assert len(await read_committed(kafka_bootstrap, state_topic)) == 3
 
 
 # ------------------------------------------------------------------ reachability
