@@ -39,7 +39,16 @@ in none: ``IllegalOperation("Can't send messages while not in
 transaction")`` crashes the buffer and a worker stopped with SIGTERM exits
 1 (seen in a rolling restart: a worker stopped just as its recovery ended).
 So the commit flushes the buffer first, outside the transaction locks that
-each buffered send takes.
+each buffered send takes. And it waits for the writes under way: the
+buffer's sending task takes a write off its queue and then awaits the send,
+and Faust's count of buffered writes (``ProducerBuffer.size``) no longer
+includes it, so a flush that went by the count alone let the commit go
+ahead of that write (`SendsUnderWay`). Seen on the local broker: a worker
+stopped cleanly committed a lease's ``elected`` event and its offset, and
+its final commit ended the transaction before the role's table value
+reached it; the value was dropped (2c), and the partition's next owner,
+restoring the value from before the lease, folded the tenure's next
+renewal as a new tenure.
 
 2b. Table writes left out of an at-least-once commit. Without transactions
 (term mode, docs/app.md#term-mode) Faust flushes the producer before it
@@ -63,9 +72,9 @@ transaction")`` in the buffer's send task, the buffer crashes and a worker
 stopped with SIGTERM exits 1 (seen in CI: a worker stopped 24 ms after it
 was ready). That write belongs to an event whose offset the ended
 transaction did not commit (an event is acked after its writes are
-buffered, and the commit sends what was buffered before the offsets it
-carries), so the next owner of the partition folds the event again: the
-buffer drops the write, cancelling its future, and goes on.
+buffered, and the commit sends what was buffered or being sent before the
+offsets it carries), so the next owner of the partition folds the event
+again: the buffer drops the write, cancelling its future, and goes on.
 
 3. A rebalance during table recovery. ``Recovery._restart_recovery`` waits
 for the active changelogs with ``self._wait(...)``, which raises
@@ -201,8 +210,8 @@ from mode.utils.queues import ThrowableQueue
 from app.faust_internals import FAUST
 
 __all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
-           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue", "apply",
-           "no_fetch_backoff", "short_long_poll"]
+           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "RecoveryQueue", "SendsUnderWay",
+           "apply", "no_fetch_backoff", "short_long_poll"]
 
 log = logging.getLogger("app.faust_patches")
 
@@ -250,20 +259,70 @@ async def _commit_one(producer_service: Any, transactional_id: str, offsets: Map
             await producer.begin_transaction()
 
 
+class SendsUnderWay:
+    """The table writes a producer buffer has taken from its queue and not yet sent.
+
+    Faust's buffer counts only what waits in its queue (``ProducerBuffer.size``):
+    its sending task takes a write off the queue, then awaits the send, and in
+    between the write is in neither count nor transaction. A commit that
+    flushed on ``size`` alone could commit the offset of an event whose write
+    was that one (patch 2).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def started(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def ended(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Wait until no write is under way."""
+        await self._idle.wait()
+
+    @staticmethod
+    def of(buffer: Any) -> SendsUnderWay:
+        state: SendsUnderWay | None = buffer.__dict__.get(_UNDER_WAY)
+        if state is None:
+            state = SendsUnderWay()
+            setattr(buffer, _UNDER_WAY, state)
+        return state
+
+
+_UNDER_WAY = "_krabka_sends_under_way"
+
+
 async def _flush_buffer(buffer: Any) -> None:
-    """Send every buffered message into the transactions still open.
+    """Send every buffered message into the transactions still open, and wait for
+    the sends already under way (`SendsUnderWay`).
 
     ``ProducerBuffer.flush`` gives up after 0.1 s without a send, so it is
     repeated while messages remain, for at most `FLUSH_SECONDS`; a buffer
     that is not running sends nothing (Faust's own flush would raise).
     """
-    deadline = asyncio.get_running_loop().time() + FLUSH_SECONDS
-    while buffer.size and buffer.state == "running":
-        if asyncio.get_running_loop().time() >= deadline:
-            log.warning("%d table writes still buffered at a commit; they join the next "
-                        "transaction", buffer.size)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FLUSH_SECONDS
+    under_way = SendsUnderWay.of(buffer)
+    while (buffer.size or under_way.count) and buffer.state == "running":
+        left = deadline - loop.time()
+        if left <= 0:
+            log.warning("%d table writes still buffered and %d being sent at a commit; they "
+                        "join the next transaction", buffer.size, under_way.count)
             return
-        await buffer.flush()
+        if buffer.size:
+            await buffer.flush()
+        else:
+            try:
+                await asyncio.wait_for(under_way.idle(), left)
+            except TimeoutError:
+                continue  # the deadline's warning, above
 
 
 _original_flush = faust_aiokafka.Producer.flush
@@ -279,7 +338,10 @@ _original_send_pending = ProducerBuffer._send_pending
 
 
 async def _send_pending(self: Any, fut: Any) -> None:
-    """``ProducerBuffer._send_pending`` that drops a write whose transaction has ended (2c)."""
+    """``ProducerBuffer._send_pending`` that counts the send as under way (2) and
+    drops a write whose transaction has ended (2c)."""
+    under_way = SendsUnderWay.of(self)
+    under_way.started()
     try:
         await fut.message.channel.publish_message(fut, wait=False)
     except IllegalOperation as exc:
@@ -288,6 +350,8 @@ async def _send_pending(self: Any, fut: Any) -> None:
         log.info("a table write made after its partition's transaction ended is dropped; "
                  "the event that made it was not committed and is folded again (%s)", exc)
         fut.cancel()
+    finally:
+        under_way.ended()
 
 
 FETCH_BACKOFF = 0.0

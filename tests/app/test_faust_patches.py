@@ -321,6 +321,57 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     assert log == ["send table write"] * 3 + ["send offsets", "commit"]
 
 
+class _GatedChannel(_Channel):
+    """A send that, once the buffer's task has taken its write off the queue,
+    waits for `gate` before the write reaches the transaction."""
+
+    def __init__(self, log: _Log, gate: asyncio.Event) -> None:
+        super().__init__(log)
+        self.gate = gate
+
+    async def publish_message(self, fut: object, wait: bool = False) -> None:
+        self.log.append("take table write")
+        await self.gate.wait()
+        await super().publish_message(fut, wait)
+
+
+async def _let_run(steps: int = 50) -> None:
+    """Let every other ready task take `steps` turns of the loop."""
+    for _ in range(steps):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("start_new_transaction", [True, False])
+async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_new_transaction):
+    """Faust's buffer counts only the writes still in its queue: one its task had
+    taken off and was sending was in no count, the commit sent the offsets of
+    its event and ended the transaction first, and the write landed in the
+    next transaction, or after the final commit in none."""
+    faust_patches.apply()
+    log = _Log()
+    gate = asyncio.Event()
+    buffer = ProducerBuffer()
+    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    producer = types.SimpleNamespace(
+        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
+        _transaction_producers={"tid": _TransactionProducer(log)})
+    await buffer.start()
+    try:
+        buffer.put(types.SimpleNamespace(
+            message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
+        await _until(lambda: log == ["take table write"], within=5)
+        assert buffer.size == 0  # out of the queue, not yet in the transaction
+        commit = asyncio.ensure_future(faust_patches._commit_transactions(
+            producer, {"tid": {}}, "group", start_new_transaction))
+        await _let_run()
+        gate.set()
+        await asyncio.wait_for(commit, 5)
+    finally:
+        gate.set()
+        await buffer.stop()
+    assert log == ["take table write", "send table write", "send offsets", "commit"]
+
+
 class _OverlappingProducer(_TransactionProducer):
     """A partition's producer whose EndTxn answers only once every partition of
     the commit has sent its own: a commit that ends one transaction before it
@@ -385,7 +436,8 @@ class _SlowChannel(_Channel):
 async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it_returns():
     """Faust flushes the producer before an at-least-once offset commit; its buffer
     flush gave up after 0.1 s without a send, so the commit could carry offsets
-    whose table writes were still buffered."""
+    whose table writes were still buffered, or still being sent."""
+    faust_patches.apply()
     log = _Log()
     buffer = ProducerBuffer()
     buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
@@ -397,13 +449,9 @@ async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it
                 message=types.SimpleNamespace(channel=_SlowChannel(log))))
         await faust_patches._flush(producer)
         log.append("flushed")
-        await _until(lambda: log.count("send table write") == 3, within=5)
     finally:
         await buffer.stop()
-    # Every write was taken from the buffer (the last one's send under way)
-    # before the flush went on to the client's own.
-    assert log.index("flushed") >= 2
-    assert log.count("send table write") == 3
+    assert log == ["send table write"] * 3 + ["flushed"]
 
 
 class _EndedChannel(_Channel):
