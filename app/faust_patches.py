@@ -194,8 +194,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import faust
 from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
@@ -259,6 +259,18 @@ async def _commit_one(producer_service: Any, transactional_id: str, offsets: Map
             await producer.begin_transaction()
 
 
+_State = TypeVar("_State")
+
+
+def _attached(owner: Any, name: str, make: Callable[[], _State]) -> _State:
+    """The state a patch keeps on one of Faust's objects under `name`, made on first use."""
+    state: _State | None = owner.__dict__.get(name)
+    if state is None:
+        state = make()
+        setattr(owner, name, state)
+    return state
+
+
 class SendsUnderWay:
     """The table writes a producer buffer has taken from its queue and not yet sent.
 
@@ -289,11 +301,7 @@ class SendsUnderWay:
 
     @staticmethod
     def of(buffer: Any) -> SendsUnderWay:
-        state: SendsUnderWay | None = buffer.__dict__.get(_UNDER_WAY)
-        if state is None:
-            state = SendsUnderWay()
-            setattr(buffer, _UNDER_WAY, state)
-        return state
+        return _attached(buffer, _UNDER_WAY, SendsUnderWay)
 
 
 _UNDER_WAY = "_krabka_sends_under_way"
@@ -486,11 +494,7 @@ class InFlight:
 
     @staticmethod
     def of(consumer: Any) -> InFlight:
-        state: InFlight | None = consumer.__dict__.get(_IN_FLIGHT)
-        if state is None:
-            state = InFlight()
-            setattr(consumer, _IN_FLIGHT, state)
-        return state
+        return _attached(consumer, _IN_FLIGHT, InFlight)
 
 
 async def _wait_next_records(self: Any, timeout: float) -> Any:  # noqa: ASYNC109

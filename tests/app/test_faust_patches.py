@@ -298,6 +298,20 @@ class _TransactionProducer:
         self.in_transaction = True
 
 
+def _buffer() -> ProducerBuffer:
+    buffer = ProducerBuffer()
+    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    return buffer
+
+
+def _transactional(log: _Log) -> tuple[ProducerBuffer, types.SimpleNamespace]:
+    """A producer buffer, and a Faust producer of one transaction ("tid") around it."""
+    buffer = _buffer()
+    return buffer, types.SimpleNamespace(
+        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
+        _transaction_producers={"tid": _TransactionProducer(log)})
+
+
 @pytest.mark.parametrize("start_new_transaction", [True, False])
 async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buffer(
     start_new_transaction,
@@ -305,11 +319,7 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     """With the final commit at shutdown (no new transaction) a write left in
     the buffer had no transaction to go to, and the worker crashed."""
     log = _Log()
-    buffer = ProducerBuffer()
-    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
-    producer = types.SimpleNamespace(
-        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
-        _transaction_producers={"tid": _TransactionProducer(log)})
+    buffer, producer = _transactional(log)
     await buffer.start()
     try:
         for _ in range(3):  # an event's table writes, buffered; the event is acked
@@ -350,11 +360,7 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
     faust_patches.apply()
     log = _Log()
     gate = asyncio.Event()
-    buffer = ProducerBuffer()
-    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
-    producer = types.SimpleNamespace(
-        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
-        _transaction_producers={"tid": _TransactionProducer(log)})
+    buffer, producer = _transactional(log)
     await buffer.start()
     try:
         buffer.put(types.SimpleNamespace(
@@ -439,8 +445,7 @@ async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it
     whose table writes were still buffered, or still being sent."""
     faust_patches.apply()
     log = _Log()
-    buffer = ProducerBuffer()
-    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    buffer = _buffer()
     producer = types.SimpleNamespace(buffer=buffer, _producer=None, _transaction_producers={})
     await buffer.start()
     try:
@@ -468,8 +473,7 @@ def _buffered(channel: _Channel) -> faust.types.FutureMessage:
 async def _send_a_late_write_then_another(send_pending: object = None) -> tuple[
         ProducerBuffer, faust.types.FutureMessage, _Log]:
     log = _Log()
-    buffer = ProducerBuffer()
-    buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
+    buffer = _buffer()
     if send_pending is not None:
         buffer._send_pending = types.MethodType(send_pending, buffer)  # type: ignore[method-assign]
     await buffer.start()
