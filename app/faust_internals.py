@@ -38,6 +38,10 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.drivers.aiokafka:Producer.flush",
     # A table write made after its transaction ended is dropped (patch 2c).
     "faust.transport.producer:ProducerBuffer._send_pending",
+    # The producers of partitions no longer active stopped at a rebalance (patch 11).
+    "faust.transport.consumer:TransactionManager.on_rebalance",
+    "faust.transport.consumer:TransactionManager._tps_to_transactional_ids",
+    "faust.transport.drivers.aiokafka:Producer.stop_transaction",
     # A rebalance during table recovery (patch 3), and the seek check of its test.
     "faust.tables.recovery:Recovery._wait",
     "faust.tables.recovery:Recovery._restart_recovery",

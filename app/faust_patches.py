@@ -1,4 +1,4 @@
-"""Patches for eight faust-streaming 0.15.3 bugs, four of its slow paths and one
+"""Patches for nine faust-streaming 0.15.3 bugs, four of its slow paths and one
 aiokafka 0.14 bug, applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
@@ -187,6 +187,26 @@ is closed is refused loudly by Faust ("Too late to add tables at this
 point"), never lost. So the manager starts at once: that second was 1 of
 the 2.6 s a worker with nothing to recover took to be ready (after 9).
 Applied with 3, on the versions it was checked on.
+
+11. A partition's transactional producer kept after the partition went to
+another worker. Under exactly_once each partition of the group has a
+producer of its own (transactional id ``<app>-<group>-<partition>``), and
+``TransactionManager.on_rebalance`` stops the producers of the partitions
+revoked from this worker, but it picks them out of the revoked set with
+``not assignor.is_standby(tp)`` under the *new* assignment, and a partition
+that went to another worker usually comes back to this one as a standby:
+its producer is never stopped. The other worker's producer, of the same
+transactional id, fences it. When the partition is assigned back, Faust
+begins a transaction on the fenced producer (it only logs "Invalid state
+transition IN_TRANSACTION -> IN_TRANSACTION"), the next commit gets
+``ProducerFenced``, and Faust crashes the worker. Seen on the local broker
+in every run of the long group-change script with two workers, at the
+same change: one worker alone, another joins (``python -m
+tests.faults.group_changes --long --workers 2``, change 11). The fix: at
+each rebalance, before Faust's own step, stop every transactional producer
+whose transactional id none of the worker's new active partitions has; a
+partition assigned back then gets a new producer, whose InitProducerId
+fences the other worker's instead.
 """
 
 from __future__ import annotations
@@ -409,6 +429,22 @@ async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: s
         await asyncio.sleep(self._retry_backoff)
 
 
+_original_on_rebalance = faust_consumer.TransactionManager.on_rebalance
+
+
+async def _on_rebalance(self: Any, assigned: set[Any], revoked: set[Any],
+                        newly_assigned: set[Any]) -> None:
+    """``TransactionManager.on_rebalance`` that first stops the producers of the
+    partitions this worker no longer has active (patch 11)."""
+    active = self._tps_to_transactional_ids(assigned)
+    producer = self.producer
+    for transactional_id in sorted(set(producer._transaction_producers) - active):
+        log.info("stopping the transactional producer %s: its partition is no longer "
+                 "active here", transactional_id)
+        await producer.stop_transaction(transactional_id)
+    await _original_on_rebalance(self, assigned, revoked, newly_assigned)
+
+
 _original_table_manager_on_start = faust_tables_manager.TableManager.on_start
 
 
@@ -542,6 +578,7 @@ def apply() -> None:
     faust_aiokafka.Producer.commit_transactions = _commit_transactions  # type: ignore[method-assign]
     faust_aiokafka.Producer.flush = _flush  # type: ignore[method-assign]
     ProducerBuffer._send_pending = _send_pending  # type: ignore[method-assign]
+    faust_consumer.TransactionManager.on_rebalance = _on_rebalance  # type: ignore[method-assign]
     thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
     Sender._find_coordinator = _find_coordinator  # type: ignore[method-assign]
     _patch_recovery(faust.__version__)

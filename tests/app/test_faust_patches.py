@@ -423,6 +423,42 @@ async def test_a_failed_partition_commit_is_raised_once_the_others_have_ended():
     assert log == ["send offsets", "send offsets", "commit"]
 
 
+class _TransactionalProducers:
+    """Faust's producer as its transaction manager sees it: a producer per transactional id."""
+
+    def __init__(self, transactional_ids: list[str]) -> None:
+        self._transaction_producers = {tid: object() for tid in transactional_ids}
+        self.stopped: list[str] = []
+
+    async def stop_transaction(self, transactional_id: str) -> None:
+        self._transaction_producers.pop(transactional_id, None)
+        self.stopped.append(transactional_id)
+
+
+async def test_a_rebalance_stops_the_producers_of_the_partitions_no_longer_active_here(
+    monkeypatch,
+):
+    """Faust stopped only the producers of revoked partitions that did not stay as
+    standbys; a partition that went to another worker and came back found its
+    old producer, fenced by the other worker's, and the next commit crashed the
+    worker with ProducerFenced."""
+    seen_by_faust: list[list[str]] = []
+
+    async def faust_own_step(self, assigned, revoked, newly_assigned) -> None:
+        seen_by_faust.append(sorted(self.producer._transaction_producers))
+
+    monkeypatch.setattr(faust_patches, "_original_on_rebalance", faust_own_step)
+    producer = _TransactionalProducers(["app-0-0", "app-1-0", "app-1-1", "app-1-2"])
+    manager = types.SimpleNamespace(
+        producer=producer,
+        _tps_to_transactional_ids=lambda tps: {f"app-{group}-{p}" for group, p in tps})
+    # Partition 1 of group 1 went to another worker (this one keeps its changelog
+    # as a standby, so Faust's revoked set does not name its producer).
+    await faust_patches._on_rebalance(manager, {(0, 0), (1, 0), (1, 2)}, set(), set())
+    assert producer.stopped == ["app-1-1"]
+    assert seen_by_faust == [["app-0-0", "app-1-0", "app-1-2"]]
+
+
 async def _until(condition, within: float) -> None:
     """Wait for `condition()`, yielding to the loop, for at most `within` seconds."""
     deadline = asyncio.get_running_loop().time() + within

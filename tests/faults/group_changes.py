@@ -126,9 +126,13 @@ STOP_TIMEOUT = 40.0
 KINDS = ("join", "stop-leader", "stop-standby", "restart", "restart-late", "kill-restart")
 
 SHORT_SCRIPT = ("kill-restart", "stop-leader", "join", "restart")
+PARTITIONS_BACK_SCRIPT = ("restart", "kill-restart", "stop-standby", "join", "restart-late",
+                          "stop-leader", "join", "kill-restart", "restart", "stop-standby",
+                          "join")
+"""The first eleven changes of the long two-worker script: the last join gives
+back to a worker partitions another worker held since it last had them."""
 LONG_SCRIPTS: dict[int, tuple[str, ...]] = {
-    2: ("restart", "kill-restart", "stop-standby", "join", "restart-late", "stop-leader",
-        "join", "kill-restart", "restart", "stop-standby", "join", "restart-late",
+    2: (*PARTITIONS_BACK_SCRIPT, "restart-late",
         "kill-restart", "stop-leader", "join", "restart", "kill-restart", "stop-standby",
         "join", "restart-late", "stop-leader", "join"),
     3: ("restart", "stop-standby", "stop-leader", "join", "join",        # 3 -> 1 -> 3

@@ -24,6 +24,7 @@ import pytest
 from coordination import encode_key, encode_lease, lease_key, registration_key
 from coordination.records import Lease
 from tests.faults.group_changes import (
+    PARTITIONS_BACK_SCRIPT,
     SHORT_SCRIPT,
     Sampler,
     Tenure,
@@ -163,3 +164,15 @@ def test_two_workers_survive_a_kill_a_clean_stop_a_join_and_a_restart(kafka_boot
     assert summary.findings == []
     assert summary.changes == len(SHORT_SCRIPT)
     assert summary.handovers >= 3  # the kill, the clean stop and the restart each moved a role
+
+
+@pytest.mark.integration
+def test_a_worker_given_back_partitions_another_worker_held_goes_on(kafka_bootstrap, tmp_path):
+    """A worker's transactional producer of a partition that went to the other worker
+    was fenced by that worker's; when the partition came back, Faust reused it and
+    the next commit's ProducerFenced stopped the worker (at the final join)."""
+    summary = run_sequence(kafka_bootstrap, tmp_path, 2, PARTITIONS_BACK_SCRIPT)
+    print(f"\n{summary.text()}")
+    assert summary.crashes == 0
+    assert summary.findings == []
+    assert summary.changes == len(PARTITIONS_BACK_SCRIPT)
