@@ -303,6 +303,9 @@ class SendsUnderWay:
 
     def __init__(self) -> None:
         self.count = 0
+        """Writes taken off the queue and not yet sent."""
+        self.waiting = 0
+        """Flushes waiting for them (`idle`)."""
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -317,7 +320,11 @@ class SendsUnderWay:
 
     async def idle(self) -> None:
         """Wait until no write is under way."""
-        await self._idle.wait()
+        self.waiting += 1
+        try:
+            await self._idle.wait()
+        finally:
+            self.waiting -= 1
 
     @staticmethod
     def of(buffer: Any) -> SendsUnderWay:

@@ -345,12 +345,6 @@ class _GatedChannel(_Channel):
         await super().publish_message(fut, wait)
 
 
-async def _let_run(steps: int = 50) -> None:
-    """Let every other ready task take `steps` turns of the loop."""
-    for _ in range(steps):
-        await asyncio.sleep(0)
-
-
 @pytest.mark.parametrize("start_new_transaction", [True, False])
 async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_new_transaction):
     """Faust's buffer counts only the writes still in its queue: one its task had
@@ -369,7 +363,8 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
         assert buffer.size == 0  # out of the queue, not yet in the transaction
         commit = asyncio.ensure_future(faust_patches._commit_transactions(
             producer, {"tid": {}}, "group", start_new_transaction))
-        await _let_run()
+        under_way = faust_patches.SendsUnderWay.of(buffer)
+        await _until(lambda: commit.done() or under_way.waiting, within=5)
         gate.set()
         await asyncio.wait_for(commit, 5)
     finally:
