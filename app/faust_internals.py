@@ -61,6 +61,11 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.consumer.fetcher:Fetcher._prefetch_backoff",
     # The consumer thread's long poll (patch 9).
     "aiokafka.consumer.fetcher:Fetcher._fetch_max_wait_ms",
+    # A record handed to the streams once, never emptied from their queues by
+    # the resume that ends a recovery (patch 12).
+    "faust.transport.consumer:Consumer._drain_messages",
+    "faust.transport.consumer:Consumer._is_changelog_tp",
+    "faust.tables.recovery:Recovery.on_recovery_completed",
     # The table manager starts without its second's sleep (patch 10).
     "faust.tables.manager:TableManager._update_channels",
     # A connection lost during FindCoordinator is retried (patch 8).

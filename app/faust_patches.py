@@ -1,4 +1,4 @@
-"""Patches for nine faust-streaming 0.15.3 bugs, four of its slow paths and one
+"""Patches for ten faust-streaming 0.15.3 bugs, four of its slow paths and one
 aiokafka 0.14 bug, applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
@@ -207,6 +207,29 @@ each rebalance, before Faust's own step, stop every transactional producer
 whose transactional id none of the worker's new active partitions has; a
 partition assigned back then gets a new producer, whose InitProducerId
 fences the other worker's instead.
+
+12. A record skipped for good at the end of a rebalance. Faust's table
+recovery ends (``Recovery.on_recovery_completed``) by resuming the stream
+partitions, seeking them to their committed offsets, and resuming the flow
+control, which empties every stream's queue even when the flow is already
+active (the recovery resumed it to read the changelogs). Records the fetcher
+handed to the streams in between are thrown away, but the fetch loop
+(``Consumer._drain_messages``) has counted them as read: fetched again, any
+below the last one it handed over is skipped as already read, and never
+fetched again if the seek came first. The records after it are handled, and
+the commit goes past it (Faust's commit lets one missing offset through). Seen
+on the local broker: the state topic's first lease of a tenure, at offset 59,
+never folded (the events named the next renewal as the tenure's start), and
+in the Faust example reader, a restarted worker that never handled the first
+record written while it was down (4 runs in 60 under load). The fix has two
+parts. A resume empties the queues only when the flow was suspended: then a
+rebalance is under way, and its seek re-reads every partition from the
+committed offsets. And the fetch loop hands each offset of a stream
+partition to the streams once between two emptyings, so a record it fetches
+again after a seek, whose event is already queued or handled, is not handed
+over twice; an explicit seek of a partition makes it read that partition's
+records again. The changelogs go through as before: the table recovery seeks
+and reads them again. Applied with 3, on the versions it was checked on.
 """
 
 from __future__ import annotations
@@ -225,7 +248,7 @@ from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
-from mode.utils.queues import ThrowableQueue
+from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from app.faust_internals import FAUST
 
@@ -576,6 +599,84 @@ async def _position(self: Any, tp: Any) -> int | None:
     return position
 
 
+_original_flow_resume = FlowControlEvent.resume
+_original_flow_clear = FlowControlEvent.clear
+_original_drain_messages = faust_consumer.Consumer._drain_messages
+_original_seek = faust_consumer.Consumer.seek
+_HANDED = "_krabka_handed"
+
+
+class Handed:
+    """The last offset of each stream partition the consumer has handed to the
+    streams since the flow control last emptied their queues (patch 12)."""
+
+    def __init__(self) -> None:
+        self.last: dict[Any, int] = {}
+        self.emptied = 0
+        """How many times the queues were emptied: a hand-over that spans one is forgotten."""
+
+    def forget(self, tp: Any = None) -> None:
+        """Forget every partition's hand-overs (`tp` None: the queues were emptied) or one's."""
+        if tp is None:
+            self.last.clear()
+            self.emptied += 1
+        else:
+            self.last.pop(tp, None)
+
+    @staticmethod
+    def of(flow_control: Any) -> Handed:
+        return _attached(flow_control, _HANDED, Handed)
+
+
+def _flow_resume(self: FlowControlEvent) -> None:
+    """``FlowControlEvent.resume`` that empties the queues only when the flow was
+    suspended (patch 12): the events queued while it is active are current."""
+    if not self.is_active():
+        _original_flow_resume(self)
+
+
+def _flow_clear(self: FlowControlEvent) -> None:
+    """``FlowControlEvent.clear`` that forgets what was handed to the emptied queues (patch 12)."""
+    _original_flow_clear(self)
+    Handed.of(self).forget()
+
+
+def _handed_once(consumer: Any, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`callback` (the conductor's), which hands each offset of a stream partition
+    to the streams once between two emptyings of their queues (patch 12)."""
+    handed = Handed.of(consumer.app.flow_control)
+    is_changelog = consumer._is_changelog_tp
+
+    async def hand_over(message: Any) -> None:
+        tp = message.tp
+        if is_changelog(tp):  # the table recovery seeks and reads changelogs again
+            await callback(message)
+            return
+        last = handed.last.get(tp)
+        if last is not None and message.offset <= last:
+            return  # fetched again after a seek: its event is queued or handled
+        emptied = handed.emptied
+        await callback(message)
+        if handed.emptied == emptied:
+            handed.last[tp] = message.offset
+
+    setattr(hand_over, _HANDED, True)
+    return hand_over
+
+
+async def _drain_messages(self: Any, fetcher: Any) -> None:
+    """``Consumer._drain_messages`` with its callback handing each record over once (patch 12)."""
+    if not getattr(self.callback, _HANDED, False):
+        self.callback = _handed_once(self, self.callback)
+    await _original_drain_messages(self, fetcher)
+
+
+async def _seek(self: Any, partition: Any, offset: int) -> None:
+    """``Consumer.seek``: a partition sought is read again from `offset` (patch 12)."""
+    Handed.of(self.app.flow_control).forget(partition)
+    await _original_seek(self, partition, offset)
+
+
 def apply() -> None:
     """Patch Faust's aiokafka driver and, on a tested version, its table recovery (idempotent)."""
     thread = faust_aiokafka.AIOKafkaConsumerThread
@@ -607,4 +708,8 @@ def _patch_recovery(version: str) -> bool:
         _changelog_queue)
     faust_consumer.Consumer._wait_next_records = _wait_next_records  # type: ignore[method-assign]
     faust_consumer.ThreadDelegateConsumer.position = _position  # type: ignore[method-assign]
+    FlowControlEvent.resume = _flow_resume  # type: ignore[method-assign]
+    FlowControlEvent.clear = _flow_clear  # type: ignore[method-assign]
+    faust_consumer.Consumer._drain_messages = _drain_messages  # type: ignore[method-assign]
+    faust_consumer.Consumer.seek = _seek  # type: ignore[method-assign]
     return True

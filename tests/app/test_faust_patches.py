@@ -28,6 +28,7 @@ from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
+from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from app import faust_patches
 from app.faust_internals import FAUST
@@ -264,6 +265,10 @@ def test_the_installed_faust_is_patched():
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
     assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
     assert Sender._find_coordinator is faust_patches._find_coordinator
+    assert FlowControlEvent.resume is faust_patches._flow_resume
+    assert FlowControlEvent.clear is faust_patches._flow_clear
+    assert faust_consumer.Consumer._drain_messages is faust_patches._drain_messages
+    assert faust_consumer.Consumer.seek is faust_patches._seek
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -772,3 +777,190 @@ async def test_other_lookup_failures_are_raised_as_before():
 
     with pytest.raises(GroupAuthorizationFailedError):
         await _sender(_Refusing(0))._find_coordinator(CoordinationType.GROUP, "app")
+
+
+# --- each record of a stream partition reaches the streams once, none is dropped ----
+
+
+def _queued(flow: FlowControlEvent) -> FlowControlQueue:
+    """A stream's queue: Faust's channels empty theirs when the flow resumes."""
+    return FlowControlQueue(flow_control=flow, clear_on_resume=True)
+
+
+def test_resuming_a_flow_already_active_keeps_the_events_queued():
+    faust_patches.apply()
+    flow = FlowControlEvent(initially_suspended=False)
+    queue = _queued(flow)
+    queue.put_nowait("event of offset 5")
+    flow.resume()
+    assert queue.qsize() == 1
+
+
+def test_resuming_a_suspended_flow_empties_the_queues_as_before():
+    faust_patches.apply()
+    flow = FlowControlEvent(initially_suspended=False)
+    queue = _queued(flow)
+    flow.suspend()
+    queue.put_nowait("event fetched before a rebalance")
+    flow.resume()
+    assert queue.empty()
+    assert flow.is_active()
+
+
+@pytest.fixture
+async def recovery_at_its_end(monkeypatch):
+    """Faust's own recovery of an app that is never started, at the end of a
+    rebalance, whose consumer seeks as a fetch hands over a record of the
+    stream partition the recovery has just resumed: the fetcher puts it in the
+    stream's queue while the seek's OffsetFetch is under way."""
+    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
+    tp = faust.types.TP("state", 9)
+    queue = _queued(app.flow_control)
+    consumer = app.consumer
+
+    async def perform_seek() -> None:
+        queue.put_nowait("event of offset 59")
+
+    async def nothing() -> None:
+        return None
+
+    monkeypatch.setattr(consumer, "assignment", lambda: {tp})
+    monkeypatch.setattr(consumer, "resume_partitions", lambda tps: None)
+    monkeypatch.setattr(consumer, "perform_seek", perform_seek)
+    monkeypatch.setattr(consumer, "resume_flow", lambda: None)
+    monkeypatch.setattr(app._fetcher, "maybe_start", nothing)
+    app.flow_control.resume()  # the recovery resumed the flow to read the changelogs
+    return app.tables.recovery, queue
+
+
+async def test_a_record_handed_over_during_the_last_seek_of_a_recovery_stays_queued(
+        recovery_at_its_end):
+    faust_patches.apply()
+    recovery, queue = recovery_at_its_end
+    await recovery.on_recovery_completed(0)
+    assert queue.qsize() == 1
+
+
+async def test_unpatched_faust_empties_it_at_the_resume_after_the_seek(
+        recovery_at_its_end, monkeypatch):
+    """The loss, in miniature: Faust resumes the flow again after the seek, and a
+    resume empties the queues even when the flow is active. The consumer has
+    counted the record as read, so fetched again from the committed offset it
+    is skipped, and the commit after the next record goes past it."""
+    monkeypatch.setattr(FlowControlEvent, "resume", faust_patches._original_flow_resume)
+    recovery, queue = recovery_at_its_end
+    await recovery.on_recovery_completed(0)
+    assert queue.empty()
+
+
+class _Conductor:
+    """The records the consumer handed to the streams (the conductor's callback)."""
+
+    def __init__(self) -> None:
+        self.handed: list[int] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, message: object) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.handed.append(message.offset)
+
+
+def _consumer(flow: FlowControlEvent, changelog: bool = False) -> types.SimpleNamespace:
+    return types.SimpleNamespace(app=types.SimpleNamespace(flow_control=flow),
+                                 _is_changelog_tp=lambda tp: changelog)
+
+
+def _message(offset: int, partition: int = 9) -> types.SimpleNamespace:
+    return types.SimpleNamespace(tp=faust.types.TP("state", partition), offset=offset)
+
+
+async def _hand(callback, *offsets: int, partition: int = 9) -> None:
+    for offset in offsets:
+        await callback(_message(offset, partition))
+
+
+async def test_a_record_fetched_again_after_a_seek_is_not_handed_over_twice():
+    flow = FlowControlEvent(initially_suspended=False)
+    conductor = _Conductor()
+    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    await _hand(hand_over, 59, 60)
+    await _hand(hand_over, 59, 60, 61)  # from the committed offset, after the seek
+    await _hand(hand_over, 59, partition=10)  # another partition's own offsets
+    assert conductor.handed == [59, 60, 61, 59]
+
+
+async def test_once_the_queues_are_emptied_the_records_are_handed_over_again():
+    faust_patches.apply()
+    flow = FlowControlEvent(initially_suspended=False)
+    conductor = _Conductor()
+    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    await _hand(hand_over, 59, 60)
+    flow.suspend()
+    flow.clear()  # a rebalance: the queued events are gone
+    await _hand(hand_over, 59, 60)
+    assert conductor.handed == [59, 60, 59, 60]
+
+
+async def test_a_hand_over_the_queues_were_emptied_during_does_not_count():
+    faust_patches.apply()
+    flow = FlowControlEvent(initially_suspended=False)
+    conductor = _Conductor()
+    conductor.gate = asyncio.Event()
+    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    handing = asyncio.ensure_future(_hand(hand_over, 59))
+    await _until(lambda: conductor.gate._waiters, 1.0)  # the conductor waits on a full queue
+    flow.suspend()
+    flow.clear()
+    conductor.gate.set()
+    await handing
+    conductor.gate = None
+    await _hand(hand_over, 59)
+    assert conductor.handed == [59, 59]
+
+
+async def test_changelog_records_are_handed_over_each_time_they_are_read():
+    flow = FlowControlEvent(initially_suspended=False)
+    conductor = _Conductor()
+    hand_over = faust_patches._handed_once(_consumer(flow, changelog=True), conductor)
+    await _hand(hand_over, 5, 6)
+    await _hand(hand_over, 5, 6)  # the table recovery sought back
+    assert conductor.handed == [5, 6, 5, 6]
+
+
+async def test_a_partition_sought_is_handed_over_again_from_its_new_offset():
+    flow = FlowControlEvent(initially_suspended=False)
+    conductor = _Conductor()
+    consumer = _consumer(flow)
+    hand_over = faust_patches._handed_once(consumer, conductor)
+    await _hand(hand_over, 59, 60)
+    sought: list[tuple[object, int]] = []
+
+    async def _seek(partition: object, offset: int) -> None:
+        sought.append((partition, offset))
+
+    consumer._seek = _seek
+    consumer._read_offset = {}
+    consumer.log = types.SimpleNamespace(dev=lambda *args: None)
+    await faust_patches._seek(consumer, faust.types.TP("state", 9), 59)
+    await _hand(hand_over, 59, 60)
+    assert conductor.handed == [59, 60, 59, 60]
+    assert sought == [(faust.types.TP("state", 9), 59)]
+
+
+async def test_the_fetch_loop_hands_its_records_over_through_the_once_only_callback():
+    faust_patches.apply()
+    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
+    consumer = app.consumer
+    conductor = consumer.callback
+    seen: list[object] = []
+
+    async def _original(self: object, fetcher: object) -> None:
+        seen.append(self.callback)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(faust_patches, "_original_drain_messages", _original)
+        await faust_patches._drain_messages(consumer, None)
+        await faust_patches._drain_messages(consumer, None)  # the fetcher restarted
+    assert seen[0] is seen[1] is not conductor
+    assert getattr(seen[0], faust_patches._HANDED)
