@@ -32,7 +32,12 @@ from typing import Any
 
 import faust
 
+from app import faust_patches
 from coordination import TermFilter
+
+# Faust 0.15.3 can skip a record for good at the end of a rebalance or a
+# start (docs/upstream-faust.md, report 12): the worker's patches fix it.
+faust_patches.apply()
 
 log = logging.getLogger("term_reader")
 
