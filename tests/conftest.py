@@ -46,13 +46,14 @@ def unfrozen_heap() -> Iterator[None]:
 def pytest_runtest_makereport(item: pytest.Item,
                               call: pytest.CallInfo[None]) -> Generator[None, object, object]:
     """A failed test's report ends with the last lines of every worker log
-    written during it: a worker process's story is otherwise lost with the CI
-    machine's temporary folders."""
+    written during it, the last started first (the CI report keeps only the
+    first lines of a long report): a worker process's story is otherwise lost
+    with the CI machine's temporary folders."""
     report = yield
     if isinstance(report, pytest.TestReport) and report.failed:
         harness = sys.modules.get("tests.app.test_app_harness")
         since = item.stash.get(_STARTED_AT, 0.0)
-        for worker in getattr(harness, "STARTED", []):
+        for worker in reversed(getattr(harness, "STARTED", [])):
             try:
                 if worker.log.stat().st_mtime >= since:
                     report.sections.append((f"worker {worker.member} (pid {worker.pid}), "
