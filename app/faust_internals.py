@@ -66,6 +66,8 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.consumer:Consumer._drain_messages",
     "faust.transport.consumer:Consumer._is_changelog_tp",
     "faust.tables.recovery:Recovery.on_recovery_completed",
+    # A partition's position before the recovery has sought it (patch 13).
+    "faust.tables.recovery:Recovery._build_highwaters",
     # The table manager starts without its second's sleep (patch 10).
     "faust.tables.manager:TableManager._update_channels",
     # A connection lost during FindCoordinator is retried (patch 8).

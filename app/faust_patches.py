@@ -1,4 +1,4 @@
-"""Patches for ten faust-streaming 0.15.3 bugs, four of its slow paths and one
+"""Patches for eleven faust-streaming 0.15.3 bugs, four of its slow paths and one
 aiokafka 0.14 bug, applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
@@ -230,6 +230,24 @@ again after a seek, whose event is already queued or handled, is not handed
 over twice; an explicit seek of a partition makes it read that partition's
 records again. The changelogs go through as before: the table recovery seeks
 and reads them again. Applied with 3, on the versions it was checked on.
+
+13. A recovery that ends a partition before it has read any of it. Faust's
+changelog loop, whenever its queue has been idle for two polls, ends each
+active partition whose consumer position has reached the high watermark
+(``detect_aborted_tx``, patch 4). It runs beside the recovery, so it can
+compare between the recovery's first steps (the high watermarks and start
+offsets of a new assignment) and its seek of the partitions, while the
+position is still where an earlier fetch left it. A fetch Faust dropped
+because the flow stopped under it ("getmany called while flow not active",
+which seeks back only the partitions with committed offsets, never a
+changelog) leaves a newly assigned changelog partition's position past
+records the recovery never got. Seen on the local broker: a worker given two
+state partitions in a rebalance logged "Aborted tx until highwater" for
+both changelog partitions 30 ms after it built their offsets, read none of
+their records, and folded the roles' next renewals as new tenures. The fix:
+from the recovery's first step for the active partitions until it has sought
+them, a partition's position is answered as the offset the recovery will
+read it from. Applied with 3, on the versions it was checked on.
 """
 
 from __future__ import annotations
@@ -582,13 +600,49 @@ async def _wait_next_records(self: Any, timeout: float) -> Any:  # noqa: ASYNC10
     return records, active_partitions
 
 
+_original_build_highwaters = faust_recovery.Recovery._build_highwaters
+_original_seek_offsets = faust_recovery.Recovery._seek_offsets
+_UNSOUGHT = "_krabka_unsought"
+
+
+def _unsought(recovery: Any) -> set[Any]:
+    """The active changelog partitions of the recovery under way that it has not
+    yet sought to the offsets it reads them from (patch 13)."""
+    return _attached(recovery, _UNSOUGHT, set)
+
+
+async def _build_highwaters(self: Any, consumer: Any, tps: set[Any], destination: Any,
+                            title: str) -> None:
+    """``Recovery._build_highwaters``; for the active partitions, a recovery's first
+    step, after which their positions are not its own until it seeks them (patch 13)."""
+    if title == "active":
+        unsought = _unsought(self)
+        unsought.clear()
+        unsought.update(tps)
+    await _original_build_highwaters(self, consumer, tps, destination, title)
+
+
+async def _seek_offsets(self: Any, consumer: Any, tps: set[Any], offsets: Any,
+                        title: str) -> None:
+    """``Recovery._seek_offsets``: from here the partitions' positions are the recovery's (13)."""
+    await _original_seek_offsets(self, consumer, tps, offsets, title)
+    _unsought(self).difference_update(tps)
+
+
 async def _position(self: Any, tp: Any) -> int | None:
     """``ThreadDelegateConsumer.position``, but never past a record not yet applied.
 
     Only the table recovery asks (its ``detect_aborted_tx``), from the loop
     that empties the changelog queue, so it must not wait for the queue: while
     the fetcher holds a batch or the queue holds events, the answer for a
-    partition with records among them is the first such offset."""
+    partition with records among them is the first such offset (patch 5). And
+    before the recovery has sought a partition, the answer is the offset it
+    will read the partition from, not where an earlier fetch left the
+    consumer (patch 13)."""
+    recovery = self.app.tables.recovery
+    if tp in _unsought(recovery):
+        start: int = recovery.active_offsets.get(tp, -1)
+        return start
     position: int | None = await _original_position(self, tp)
     in_flight = InFlight.of(self)
     if in_flight.settled(self):
@@ -712,4 +766,6 @@ def _patch_recovery(version: str) -> bool:
     FlowControlEvent.clear = _flow_clear  # type: ignore[method-assign]
     faust_consumer.Consumer._drain_messages = _drain_messages  # type: ignore[method-assign]
     faust_consumer.Consumer.seek = _seek  # type: ignore[method-assign]
+    faust_recovery.Recovery._build_highwaters = _build_highwaters  # type: ignore[method-assign]
+    faust_recovery.Recovery._seek_offsets = _seek_offsets  # type: ignore[method-assign]
     return True

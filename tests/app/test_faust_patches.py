@@ -269,6 +269,8 @@ def test_the_installed_faust_is_patched():
     assert FlowControlEvent.clear is faust_patches._flow_clear
     assert faust_consumer.Consumer._drain_messages is faust_patches._drain_messages
     assert faust_consumer.Consumer.seek is faust_patches._seek
+    assert faust_recovery.Recovery._build_highwaters is faust_patches._build_highwaters
+    assert faust_recovery.Recovery._seek_offsets is faust_patches._seek_offsets
 
 
 # --- commits carry the table writes of the events whose offsets they commit ---------
@@ -964,3 +966,116 @@ async def test_the_fetch_loop_hands_its_records_over_through_the_once_only_callb
         await faust_patches._drain_messages(consumer, None)  # the fetcher restarted
     assert seen[0] is seen[1] is not conductor
     assert getattr(seen[0], faust_patches._HANDED)
+
+
+# --- a recovery never ends a partition at a position it has not sought -------------
+
+
+class _ChangelogReader:
+    """The consumer a recovery step is given: the partitions' high watermarks, and seeks."""
+
+    def __init__(self, highwater: int) -> None:
+        self.highwater = highwater
+        self.sought: dict[object, int] = {}
+
+    async def highwaters(self, *tps: object) -> dict[object, int]:
+        return {tp: self.highwater + 1 for tp in tps}
+
+    async def seek_wait(self, offsets: dict[object, int]) -> None:
+        self.sought.update(offsets)
+
+
+CHANGELOG = faust.types.TP("role_state-changelog", 9)
+
+
+async def _recovery_round_begun(recovery: faust_recovery.Recovery) -> _ChangelogReader:
+    """A recovery round that has built partition 9's high watermark (14) and start
+    (nothing applied, -1), and not yet sought it."""
+    reader = _ChangelogReader(highwater=14)
+    await faust_patches._build_highwaters(recovery, reader, {CHANGELOG},
+                                          recovery.active_highwaters, "active")
+    recovery.active_offsets[CHANGELOG] = -1
+    return reader
+
+
+async def test_before_the_recovery_seeks_a_partition_its_position_is_where_it_will_read_from(
+        consumer):
+    """The consumer says 100: where a fetch the recovery never saw left it."""
+    recovery = consumer.app.tables.recovery
+    reader = await _recovery_round_begun(recovery)
+    assert recovery.active_highwaters[CHANGELOG] == 14
+    assert await faust_patches._position(consumer, CHANGELOG) == -1
+    await faust_patches._seek_offsets(recovery, reader, {CHANGELOG}, recovery.active_offsets,
+                                      "active")
+    assert reader.sought == {CHANGELOG: 0}
+    assert await faust_patches._position(consumer, CHANGELOG) == 100
+
+
+async def _aborted_after_two_idle_polls(app: faust.App, monkeypatch) -> int:
+    """Run Faust's own changelog loop on an empty queue until it has asked the
+    position of partition 9 twice or ended the partition as "aborted
+    transactions", and give the offset it then holds for it (14 if ended)."""
+    asked: list[object] = []
+    consumer = app.consumer
+
+    async def position(tp: object) -> int | None:
+        asked.append(tp)
+        return await faust_patches._position(consumer, tp)
+
+    async def stale(self: object, tp: object) -> int:
+        return 15  # a fetch that went past the partition's records, which the recovery never got
+
+    monkeypatch.setattr(faust_patches, "_original_position", stale)
+    monkeypatch.setattr(consumer, "position", position)
+    recovery = app.tables.recovery
+    slurp = asyncio.ensure_future(faust_recovery.Recovery._slurp_changelogs.fun(recovery))
+    try:
+        # Asked twice without ending it, or ended it.
+        await _until(lambda: len(asked) >= 2 or slurp.done()
+                     or recovery.active_offsets[CHANGELOG] == 14, 10.0)
+    finally:
+        slurp.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await slurp
+    return recovery.active_offsets[CHANGELOG]
+
+
+def test_a_recovery_builds_the_active_high_watermarks_before_it_seeks_the_partitions():
+    """What patch 13 relies on: a recovery round's first step for the active
+    partitions is their high watermarks (titled "active"), and its seek comes after."""
+    loop = inspect.getsource(faust_recovery.Recovery._restart_recovery.fun)
+    first = loop.index("self._build_highwaters")
+    assert '"active"' in loop[first:loop.index(")", loop.index("active_highwaters", first))]
+    assert loop.index("self._seek_offsets") > first
+    assert _parameters(faust_patches._original_build_highwaters) == [
+        "self", "consumer", "tps", "destination", "title"]
+    assert _parameters(faust_patches._original_seek_offsets) == [
+        "self", "consumer", "tps", "offsets", "title"]
+
+
+def _exactly_once_app() -> faust.App:
+    app = faust.App("patch-test-abort", broker="kafka://127.0.0.1:1", store="memory://",
+                    processing_guarantee="exactly_once")
+    app.in_worker = True  # Faust uses transactions only in a worker
+    assert app.in_transaction
+    return app
+
+
+async def test_a_recovery_does_not_end_a_partition_it_has_not_sought_yet(monkeypatch):
+    faust_patches.apply()
+    app = _exactly_once_app()
+    await _recovery_round_begun(app.tables.recovery)
+    assert await _aborted_after_two_idle_polls(app, monkeypatch) == -1
+
+
+async def test_unpatched_faust_ends_it_as_aborted_transactions_and_reads_none_of_it(monkeypatch):
+    """The loss, in miniature: Faust's changelog loop, idle between two steps of a
+    recovery, compares the consumer's position with the high watermark before the
+    recovery has sought the partition, finds it past, and marks the partition read:
+    the table keeps none of its values."""
+    faust_patches.apply()
+    app = _exactly_once_app()
+    recovery = app.tables.recovery
+    recovery.active_highwaters[CHANGELOG] = 14  # built by Faust's own step: not noted
+    recovery.active_offsets[CHANGELOG] = -1
+    assert await _aborted_after_two_idle_polls(app, monkeypatch) == 14
