@@ -6,7 +6,8 @@ environment, `app.factory` builds the project's Faust app (a
 or to a user's app (topics, tables, agents, role service, web view),
 `app.web` and `app.dashboard` are the HTTP view, `app.metrics` the
 Prometheus registry, `app.demo` the demo role, and
-`app.faust_patches` two fixes to faust-streaming's exactly_once mode.
+`app.faust_patches` the fixes to faust-streaming's bugs and slow paths
+(and one to aiokafka's).
 See docs/app.md.
 
 Importing the package refuses a faust-streaming version the worker was not

@@ -1,4 +1,4 @@
-"""Patches for eleven faust-streaming 0.15.3 bugs, four of its slow paths and one
+"""Patches for ten faust-streaming 0.15.3 bugs, five of its slow paths and one
 aiokafka 0.14 bug, applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
