@@ -669,13 +669,14 @@ class Handed:
         self.emptied = 0
         """How many times the queues were emptied: a hand-over that spans one is forgotten."""
 
-    def forget(self, tp: Any = None) -> None:
-        """Forget every partition's hand-overs (`tp` None: the queues were emptied) or one's."""
-        if tp is None:
-            self.last.clear()
-            self.emptied += 1
-        else:
-            self.last.pop(tp, None)
+    def emptied_now(self) -> None:
+        """The queues were emptied: every partition's records are handed over again."""
+        self.last.clear()
+        self.emptied += 1
+
+    def forget(self, tp: Any) -> None:
+        """`tp` is read again from a new offset: its records are handed over again."""
+        self.last.pop(tp, None)
 
     @staticmethod
     def of(flow_control: Any) -> Handed:
@@ -692,18 +693,24 @@ def _flow_resume(self: FlowControlEvent) -> None:
 def _flow_clear(self: FlowControlEvent) -> None:
     """``FlowControlEvent.clear`` that forgets what was handed to the emptied queues (patch 12)."""
     _original_flow_clear(self)
-    Handed.of(self).forget()
+    Handed.of(self).emptied_now()
 
 
 def _handed_once(consumer: Any, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """`callback` (the conductor's), which hands each offset of a stream partition
     to the streams once between two emptyings of their queues (patch 12)."""
     handed = Handed.of(consumer.app.flow_control)
-    is_changelog = consumer._is_changelog_tp
+    # Faust's test builds a set of every changelog topic per call; on this
+    # per-record path it is asked once per topic instead (a worker's tables are
+    # fixed once it runs: Faust refuses a table made later).
+    changelog: dict[str, bool] = {}
 
     async def hand_over(message: Any) -> None:
         tp = message.tp
-        if is_changelog(tp):  # the table recovery seeks and reads changelogs again
+        is_changelog = changelog.get(tp.topic)
+        if is_changelog is None:
+            is_changelog = changelog[tp.topic] = consumer._is_changelog_tp(tp)
+        if is_changelog:  # the table recovery seeks and reads changelogs again
             await callback(message)
             return
         last = handed.last.get(tp)
