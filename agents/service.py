@@ -20,10 +20,11 @@ candidates stand anyway: the roles do not depend on Faust's group.
 Under ``balanced`` placement it also runs the worker's rebalancing
 (`agents.rebalancing`), and stops it before the runners.
 
-It also settles the heap (`coordination.heap`) each time the roles this
-worker leads have changed and then stayed the same for 30 s, so the garbage
-collector's full collections, which stop the event loop and with it the
-renewals, walk only what is new since. The worker owns its process, so it
+It also freezes the heap (`coordination.heap`) every 30 s while the roles
+this worker leads only grow, and settles it in full once one was let go and
+the roles led stayed the same for 30 s, so the garbage collector's full
+collections, which stop the event loop and with it the renewals, walk only
+what is new since. The worker owns its process, so it
 may; the library does not do this on its own.
 
 The transport connects in the background and is retried: a broker that is
@@ -46,7 +47,7 @@ from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 from coordination.admission import RenewalLatencyAdmission
 from coordination.cancellation import bounded
-from coordination.heap import HeapSettler, settle_heap
+from coordination.heap import HeapSettler, freeze_new, settle_heap
 
 __all__ = ["RoleService", "install"]
 
@@ -115,7 +116,8 @@ class RoleService(Service):
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))
         self._settling = asyncio.create_task(HeapSettler(
-            self._led, clock=ctx.clock, settle=self._settle_heap).run())
+            self._led, clock=ctx.clock, settle=self._settle_heap,
+            freeze=self._freeze_heap).run())
         off = ctx.settings.rebalancing_off
         if off is None:
             self._rebalancing = WorkerRebalancing(ctx, transport)
@@ -132,6 +134,12 @@ class RoleService(Service):
     def _settle_heap(self) -> int:
         frozen = settle_heap()
         log.info("member %s settled its heap: %d objects frozen; roles led: %d",
+                 self.ctx.member, frozen, len(self._led()))
+        return frozen
+
+    def _freeze_heap(self) -> int:
+        frozen = freeze_new()
+        log.info("member %s froze its heap: %d objects frozen; roles led: %d",
                  self.ctx.member, frozen, len(self._led()))
         return frozen
 

@@ -9,28 +9,36 @@ docs/benchmarks.md. Renewals that late eat into the fence margin.
 
 `settle_heap` collects once and then moves every surviving object into the
 permanent generation (`gc.freeze`), which later collections skip, so they
-walk only what is new since. `HeapSettler` calls it each time the tenures a
-process holds have changed and then stayed the same for a while, because
-that is when the long-lived objects are in place.
+walk only what is new since. Its own pause is one full collection, which at
+10 000 roles is over two seconds. `freeze_new` collects and freezes only
+what is not frozen yet, so its pause grows with what was allocated since the
+last freeze, not with the heap; it cannot free what was frozen and has since
+become garbage. `HeapSettler` uses it while the tenures a process holds only
+grow (a start-up acquiring thousands of roles freezes as it goes, so the
+collector never walks the roles already held again), and settles in full
+once a tenure has been let go and the held tenures have stayed the same for
+a while, because that is when the frozen heap holds garbage (the released
+role's producer) and the long-lived objects are in place.
 
 Opt-in: a library does not own the garbage collector of the process it runs
 in. The process that does (the worker application, a service holding many
 roles) runs a `HeapSettler`.
 
-What it costs: the settle itself is one full collection, with the pause
-that has, once per change of the held tenures rather than every few
-seconds. Frozen objects that become garbage stay in memory until the next
-settle, which first unfreezes and collects them.
+What it costs: a full settle is itself one full collection, with the pause
+that has, once per release of held tenures rather than every few seconds. A
+freeze keeps until the next full settle whatever was alive at its instant
+and has died since (a campaign's objects still in flight, a role released
+between two freezes).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from coordination.clock import Clock, SystemClock
 
-__all__ = ["DEFAULT_QUIET_MS", "HeapSettler", "settle_heap"]
+__all__ = ["DEFAULT_QUIET_MS", "HeapSettler", "freeze_new", "settle_heap"]
 
 DEFAULT_QUIET_MS = 30_000
 """How long the held tenures must stay unchanged before the heap is settled:
@@ -51,36 +59,65 @@ def settle_heap() -> int:
     return gc.get_freeze_count()
 
 
-class HeapSettler:
-    """Settles the heap whenever `held()` has changed and then kept its value
-    for `quiet_ms`.
+def freeze_new() -> int:
+    """Collect what is not frozen, then freeze what survived; the objects frozen.
 
-    `held` returns anything comparable that changes when the process's
-    tenures do: the set of roles it leads, or their number where they never
-    change hands. It is read once every `quiet_ms`, on the monotonic clock.
+    The frozen objects are not walked, so the pause grows with what was
+    allocated since the last freeze. Garbage kept alive only by frozen
+    objects stays until the next `settle_heap`.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+class HeapSettler:
+    """Freezes the heap while `held()` only grows, and settles it in full once
+    a tenure has been let go and `held()` has kept its value for `quiet_ms`.
+
+    `held` returns what the process holds: the set of roles it leads, or
+    anything comparable that changes when its tenures do. Growth is a set
+    that contains the one last frozen or settled; a value that is not a set
+    cannot show growth, so every change of it waits for a full settle. It is
+    read once every `quiet_ms`, on the monotonic clock.
     """
 
     def __init__(self, held: Callable[[], object], *, quiet_ms: int = DEFAULT_QUIET_MS,
                  clock: Clock | None = None,
-                 settle: Callable[[], int] = settle_heap) -> None:
+                 settle: Callable[[], int] = settle_heap,
+                 freeze: Callable[[], int] = freeze_new) -> None:
         if quiet_ms <= 0:
             raise ValueError(f"quiet_ms must be positive, not {quiet_ms}")
         self._held = held
         self._quiet_ms = quiet_ms
         self._clock = clock if clock is not None else SystemClock()
         self._settle = settle
+        self._freeze = freeze
+        self._settled: object = frozenset()  # nothing frozen yet: anything held is growth
+        self._last: object = _NEVER
+
+    def step(self) -> int | None:
+        """Look at `held()` once: freeze if it only grew since the last freeze or
+        settle, settle in full if it shrank or changed and has kept its value
+        since the last step; the objects frozen, or None if nothing was done."""
+        now, last = self._held(), self._last
+        self._last = now
+        if now == self._settled:
+            return None
+        if isinstance(now, Set) and isinstance(self._settled, Set) and now >= self._settled:
+            frozen = self._freeze()
+        elif now == last:
+            frozen = self._settle()
+        else:
+            return None
+        self._settled = now
+        return frozen
 
     async def run(self) -> None:
-        """Watch `held()` until cancelled."""
-        settled: object = _NEVER
-        last = self._held()
+        """Step every `quiet_ms` until cancelled."""
         while True:
             await self._clock.sleep_until_monotonic(self._clock.monotonic_ms() + self._quiet_ms)
-            now = self._held()
-            if now == last and now != settled:
-                self._settle()
-                settled = now
-            last = now
+            self.step()
 
 
 _NEVER = object()

@@ -1,4 +1,5 @@
-"""Settling the heap: one full collection, then later collections skip what survived it."""
+"""Settling and freezing the heap: later collections skip what survived; a freeze walks
+only what is new, a full settle also frees what was frozen and has died since."""
 
 import asyncio
 import gc
@@ -7,7 +8,7 @@ import weakref
 import pytest
 
 from coordination import ManualClock
-from coordination.heap import HeapSettler, settle_heap
+from coordination.heap import HeapSettler, freeze_new, settle_heap
 from tests.support.loop import run_ready_callbacks
 
 
@@ -37,17 +38,37 @@ def test_a_settle_frees_what_an_earlier_settle_froze_and_is_now_garbage():
     assert alive() is None
 
 
+def test_a_freeze_frees_new_garbage_and_keeps_what_it_froze_before_until_a_full_settle():
+    settle_heap()
+    kept = Cycle()
+    freeze_new()
+    kept_alive = weakref.ref(kept)
+    del kept
+    new = Cycle()
+    new_alive = weakref.ref(new)
+    del new
+    freeze_new()
+    assert new_alive() is None, "a freeze did not collect what was new"
+    assert kept_alive() is not None, "a freeze walked what an earlier freeze froze"
+    settle_heap()
+    assert kept_alive() is None, "a full settle did not free what a freeze kept"
+
+
 class Held:
-    """What a process holds, as `HeapSettler` reads it, and the settles it caused."""
+    """What a process holds, as `HeapSettler` reads it, and what the settler did."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.roles: set[str] = set()
-        self.settled: list[frozenset[str]] = []
+        self.done: list[tuple[str, frozenset[str]]] = []
         self.settler = HeapSettler(lambda: frozenset(self.roles), quiet_ms=1_000,
-                                   clock=clock, settle=self.settle)
+                                   clock=clock, settle=self.settle, freeze=self.freeze)
 
     def settle(self) -> int:
-        self.settled.append(frozenset(self.roles))
+        self.done.append(("settle", frozenset(self.roles)))
+        return 0
+
+    def freeze(self) -> int:
+        self.done.append(("freeze", frozenset(self.roles)))
         return 0
 
 
@@ -57,7 +78,7 @@ async def elapse(clock: ManualClock, ms: int) -> None:
     await run_ready_callbacks()
 
 
-async def test_the_heap_settles_once_the_held_roles_stop_changing():
+async def test_while_the_held_roles_only_grow_the_heap_is_frozen_each_quiet_period():
     clock = ManualClock()
     held = Held(clock)
     task = asyncio.create_task(held.settler.run())
@@ -67,27 +88,51 @@ async def test_the_heap_settles_once_the_held_roles_stop_changing():
         await elapse(clock, 1_000)
         held.roles.add("b")
         await elapse(clock, 1_000)
-        assert held.settled == [], "settled while the roles were still changing"
-        await elapse(clock, 1_000)
-        assert held.settled == [frozenset({"a", "b"})]
+        assert held.done == [("freeze", frozenset({"a"})), ("freeze", frozenset({"a", "b"}))]
         await elapse(clock, 5_000)
-        assert len(held.settled) == 1, "settled again with nothing changed"
+        assert len(held.done) == 2, "acted again with nothing changed"
     finally:
         task.cancel()
 
 
-async def test_a_role_changing_hands_settles_the_heap_again():
+async def test_a_role_let_go_settles_in_full_once_the_held_roles_stop_changing():
     clock = ManualClock()
     held = Held(clock)
-    held.roles.add("a")
+    held.roles.update({"a", "b"})
     task = asyncio.create_task(held.settler.run())
     try:
         await elapse(clock, 1_000)
         held.roles.discard("a")
-        held.roles.add("b")
         await elapse(clock, 1_000)
+        held.roles.add("c")
         await elapse(clock, 1_000)
-        assert held.settled == [frozenset({"a"}), frozenset({"b"})]
+        assert held.done == [("freeze", frozenset({"a", "b"}))], \
+            "settled while the roles were still changing"
+        await elapse(clock, 1_000)
+        assert held.done[1:] == [("settle", frozenset({"b", "c"}))]
+        held.roles.add("d")
+        await elapse(clock, 1_000)
+        assert held.done[2:] == [("freeze", frozenset({"b", "c", "d"}))]
+    finally:
+        task.cancel()
+
+
+async def test_what_is_held_but_not_a_set_settles_in_full_once_it_stops_changing():
+    clock = ManualClock()
+    count = [1]
+    settles: list[int] = []
+    settler = HeapSettler(lambda: count[0], quiet_ms=1_000, clock=clock,
+                          settle=lambda: settles.append(count[0]) or 0,
+                          freeze=lambda: pytest.fail("froze on a value that is not a set"))
+    task = asyncio.create_task(settler.run())
+    await run_ready_callbacks()
+    try:
+        await elapse(clock, 1_000)
+        count[0] = 2
+        await elapse(clock, 1_000)
+        assert settles == []
+        await elapse(clock, 1_000)
+        assert settles == [2]
     finally:
         task.cancel()
 
