@@ -20,6 +20,7 @@ from pathlib import Path
 from bench import procs
 from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
 from bench.limits import raise_file_limit
+from bench.scale_worker import LOOPS
 from bench.services import (
     Etcd,
     Kafka,
@@ -31,6 +32,7 @@ from bench.services import (
     zookeeper_version,
 )
 from bench.stats import table
+from coordination.defaults import RENEW_INTERVAL
 
 # The whole Faust worker's figures (bench.worker_figures).
 WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-latency")
@@ -117,6 +119,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-concurrency", type=int, default=64,
                    help="roles-scale: campaigns in flight at once (the worker application "
                         "has no such cap: give N to campaign for every role at once)")
+    p.add_argument("--scale-loop", default="asyncio",
+                   help="roles-scale: comma-separated event loops of the worker, asyncio "
+                        "and/or uvloop, each a system of its own (asyncio: krabka; uvloop: "
+                        "krabka-uvloop)")
+    p.add_argument("--scale-settle-quiet", type=float, default=None,
+                   help="roles-scale: seconds from the worker's heap settle to its hold "
+                        "window, whose renewals are timed apart (default: one renew "
+                        "interval, 10 s; --quick 0)")
     p.add_argument("--group-roles", type=int, default=None,
                    help="roles of roles-scale-group, on a group of three workers "
                         "(default 3000; --quick 300)")
@@ -182,6 +192,14 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                          "must be at least 1")
     bench.scale_admission_rate = args.scale_admission_rate
     bench.scale_concurrency = args.scale_concurrency
+    bench.scale_loops = [loop.strip() for loop in args.scale_loop.split(",") if loop.strip()]
+    if not bench.scale_loops or set(bench.scale_loops) - set(LOOPS):
+        raise SystemExit(f"--scale-loop must name one or more of {', '.join(LOOPS)}, "
+                         f"got {args.scale_loop!r}")
+    bench.scale_settle_quiet = (args.scale_settle_quiet if args.scale_settle_quiet is not None
+                                else 0.0 if args.quick else RENEW_INTERVAL)
+    if bench.scale_settle_quiet < 0:
+        raise SystemExit("--scale-settle-quiet must not be negative")
     bench.group_roles = args.group_roles or (300 if args.quick else 3000)
     bench.group_start_rate = args.group_start_rate
     if SCALE & set(wanted):

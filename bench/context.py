@@ -70,7 +70,13 @@ class Bench:
     """Its cap in roles a second (0: none)."""
     scale_concurrency: int = 64
     """roles-scale's campaigns in flight at once."""
-    scale_limit: str = ""
+    scale_loops: list[str] = field(default_factory=lambda: ["asyncio"])
+    """The event loops roles-scale runs its worker on, each a system of its own."""
+    scale_settle_quiet: float = 0.0
+    """Seconds after the worker settles its heap before the hold window opens; the
+    renewals in between are a figure of their own (0: the window opens at once)."""
+    scale_limit: dict[str, str] = field(default_factory=dict)
+    """What stopped roles-scale's growing N, by event loop."""
     group_roles: int = 3000
     group_start_rate: float = 0.0
     file_limit: dict[str, Any] = field(default_factory=dict)

@@ -122,8 +122,11 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.legend(fontsize=8)
         save(fig, "bench-event-latency.png")
     scale = [r for r in results if r["figure"] == "roles-scale" and r.get("samples")]
-    if scale:
-        save(_roles_scale(plt, scale), "bench-roles-scale.png")
+    for system in sorted({r["system"] for r in scale}):
+        # One plot per event loop: krabka is asyncio's, krabka-uvloop uvloop's.
+        loop = system.removeprefix("krabka").removeprefix("-")
+        save(_roles_scale(plt, [r for r in scale if r["system"] == system]),
+             f"bench-roles-scale{'-' + loop if loop else ''}.png")
     group = [r for r in results if r["figure"] == "roles-scale-group"]
     if any(r.get("metric", "").startswith("held@") for r in group):
         save(_roles_scale_group(plt, group), "bench-roles-scale-group.png")
@@ -191,7 +194,7 @@ def _roles_scale(plt: Any, rows: list[dict[str, Any]]) -> Any:
     axes[1][2].text(0, 1, "\n\n".join(textwrap.fill(n, 48) for n in notes), va="top",
                     fontsize=8)
     fig.suptitle(f"One worker holding N roles (lease {config.get('lease_s')} s, "
-                 f"renew {config.get('renew_s')} s)")
+                 f"renew {config.get('renew_s')} s, event loop {config.get('loop', 'asyncio')})")
     return fig
 
 

@@ -99,28 +99,41 @@ def _progress(child: procs.Child) -> list[dict[str, Any]]:
     return [e for e in child.events if e.get("event") == "progress"]
 
 
+def scale_system(loop: str) -> str:
+    """The system name of roles-scale's rows on event loop `loop`."""
+    return "krabka" if loop == "asyncio" else f"krabka-{loop}"
+
+
 async def roles_scale(bench: Bench) -> None:
     try:
         import psutil
     except ImportError:
         bench.skip_result("roles-scale", "krabka", "-", "psutil missing (the bench extra)")
         return
+    for loop in bench.scale_loops:
+        await _roles_scale_on(bench, loop, psutil)
+
+
+async def _roles_scale_on(bench: Bench, loop: str, psutil: Any) -> None:
+    """roles-scale's N, smallest first, each in a fresh worker on event loop `loop`."""
+    system = scale_system(loop)
     limits = {**system_limits(), "bench_file_limit": bench.file_limit,
               "broker_nofile": [process_file_limit(pid) for pid in bench.kafka_pids] or None}
     limit_reason = f"not reached up to N={max(bench.scale_roles)} (the largest N tried)"
     acquire_s: dict[int, float] = {}
     for n in bench.scale_roles:
-        topic = f"bench-scale-{bench.run_id}-{n}"
+        topic = f"bench-scale-{bench.run_id}-{loop}-{n}"
         await bench.create_topic(topic, PARTITIONS, compact=True)
         child = procs.python(
             "bench.scale_worker", "--bootstrap-servers", bench.bootstrap, "--state-topic", topic,
             "--partitions", str(PARTITIONS), "--roles", str(n),
-            "--prefix", f"bench.scale.{bench.run_id}.{n}", "--lease", str(LEASE),
+            "--prefix", f"bench.scale.{bench.run_id}.{loop}.{n}", "--lease", str(LEASE),
             "--renew", str(RENEW), "--stagger", str(STAGGER), "--hold", str(bench.scale_hold),
             "--admission", str(bench.scale_admission),
             "--admission-rate", str(bench.scale_admission_rate),
             "--concurrency", str(bench.scale_concurrency),
-            name=f"scale-{n}", log=bench.folder / "logs" / f"scale-{n}.log")
+            "--settle-quiet", str(bench.scale_settle_quiet), "--loop", loop,
+            name=f"scale-{loop}-{n}", log=bench.folder / "logs" / f"scale-{loop}-{n}.log")
         last: dict[str, float] | None = None
         try:
             process = psutil.Process(child.pid)
@@ -144,6 +157,9 @@ async def roles_scale(bench: Bench) -> None:
                 print(f"  roles-scale: {limit_reason}", flush=True)
                 break
             acquire_s[n] = acquired["seconds"]
+            settled = await wait(child, "settled", 120)
+            after_settle = (await wait(child, "after-settle", bench.scale_settle_quiet + 60)
+                            if bench.scale_settle_quiet > 0 else None)
             await wait(child, "holding", 30)
             cpu0, t0 = process.cpu_times(), time.monotonic()
             broker = _broker_processes(bench, psutil)
@@ -184,31 +200,38 @@ async def roles_scale(bench: Bench) -> None:
                                   broker_fds=broker_fds or None,
                                   broker_cpu_percent=None if broker_cpu is None
                                   else round(broker_cpu, 1),
-                                  gc_pauses_ms=done.get("gc"))
+                                  gc_pauses_ms=done.get("gc"),
+                                  gc_pauses_acquiring_ms=acquired.get("gc"),
+                                  loop=loop, settle_pause_ms=settled.get("pause_ms"),
+                                  settle_quiet_s=bench.scale_settle_quiet)
             per_role = {
                 "rss_per_role_kib": (max(rss) - base["rss"]) * 1024 / max(held, 1),
                 "fds_per_role": (last["fds"] - base["fds"]) / max(held, 1),
                 "sockets_per_role": (last["sockets"] - base["sockets"]) / max(held, 1),
             }
-            bench.add(Result("roles-scale", "krabka", "s", [acquired["seconds"]], config,
+            bench.add(Result("roles-scale", system, "s", [acquired["seconds"]], config,
                              metric=f"acquire@{n}"))
-            bench.add(Result("roles-scale", "krabka", "MiB", rss, config, metric=f"rss@{n}",
+            bench.add(Result("roles-scale", system, "MiB", rss, config, metric=f"rss@{n}",
                              extra=per_role))
-            bench.add(Result("roles-scale", "krabka", "% of one core", [cpu], config,
+            bench.add(Result("roles-scale", system, "% of one core", [cpu], config,
                              metric=f"cpu@{n}"))
-            bench.add(Result("roles-scale", "krabka", "fds", [last["fds"]], config,
+            bench.add(Result("roles-scale", system, "fds", [last["fds"]], config,
                              metric=f"fds@{n}", extra={"sockets": last["sockets"]}))
-            bench.add(Result("roles-scale", "krabka", "ms", done["latency_ms"], config,
+            bench.add(Result("roles-scale", system, "ms", done["latency_ms"], config,
                              metric=f"renewal-latency@{n}"))
-            bench.add(Result("roles-scale", "krabka", "ms", done["lateness_ms"], config,
+            bench.add(Result("roles-scale", system, "ms", done["lateness_ms"], config,
                              metric=f"renewal-lateness@{n}"))
+            if after_settle is not None:
+                bench.add(Result("roles-scale", system, "ms", after_settle["lateness_ms"], config,
+                                 metric=f"renewal-lateness-after-settle@{n}"))
             admitted = (f" (admission {bench.scale_admission} s"
                         + (f", {bench.scale_admission_rate}/s" if bench.scale_admission_rate
                            else "")
                         + f": {acquired['not_admitted']} "
                         f"not admitted, closed {acquired['admission_closings']} times)"
                         if bench.scale_admission else "")
-            print(f"  roles-scale N={n}: held {held}{admitted} in {acquired['seconds']:.1f} s, "
+            print(f"  roles-scale ({loop}) N={n}: held {held}{admitted} in "
+                  f"{acquired['seconds']:.1f} s, settle {settled.get('pause_ms')} ms, "
                   f"RSS {max(rss):.0f} MiB ({per_role['rss_per_role_kib']:.0f} KiB/role), "
                   f"CPU {cpu:.1f} %, fds {last['fds']:.0f}, sockets {last['sockets']:.0f}, "
                   f"lost {done['ended']}{gc_summary(done.get('gc'))}", flush=True)
@@ -228,14 +251,15 @@ async def roles_scale(bench: Bench) -> None:
             break
         finally:
             await stop(child)
-    bench.scale_limit = limit_reason
+    bench.scale_limit[loop] = limit_reason
     rate = growth(acquire_s)
     if rate is not None:
-        print(f"  roles-scale: acquisition from {rate['from_roles']} to {rate['to_roles']} "
-              f"roles: {rate['from_s']} s to {rate['to_s']} s, {rate['time_ratio']}x the time "
-              f"for {rate['roles_ratio']}x the roles ({rate['vs_linear']}x linear)", flush=True)
+        print(f"  roles-scale ({loop}): acquisition from {rate['from_roles']} to "
+              f"{rate['to_roles']} roles: {rate['from_s']} s to {rate['to_s']} s, "
+              f"{rate['time_ratio']}x the time for {rate['roles_ratio']}x the roles "
+              f"({rate['vs_linear']}x linear)", flush=True)
     for result in bench.results:
-        if result.figure == "roles-scale":
+        if result.figure == "roles-scale" and result.system == system:
             result.configuration["limit"] = limit_reason
             result.configuration["acquisition_growth"] = rate
 

@@ -22,11 +22,14 @@ while it was closed, the campaigns still waiting are cancelled and the
 worker holds what it has.
 Events: ``baseline`` (transport started, nothing held), ``progress`` (every
 tenth of N and every ``--progress-every`` seconds, so a stop says where it
-was), ``acquired`` (held, failed, and with an admission the roles not admitted
-and how many slow renewals closed it), ``settled`` (the heap settled, `coordination.heap`: the
-objects frozen), ``holding``, ``renewals`` (latency and lateness samples,
-roles still held, and the garbage collector's pauses in the window: for
-generations 0, 1 and 2 how many, the longest and all together, in ms).
+was), ``acquired`` (held, failed, the garbage collector's pauses while acquiring,
+and with an admission the roles not admitted and how many slow renewals
+closed it), ``settled`` (the heap frozen once acquired, `coordination.heap`:
+the objects frozen and the pause), ``after-settle`` (with ``--settle-quiet``:
+the renewals of that many seconds, timed apart), ``holding``, ``renewals``
+(latency and lateness samples, roles still held, and the garbage collector's
+pauses in the window: for generations 0, 1 and 2 how many, the longest and
+all together, in ms).
 
 In a group (``--group``): a member does not know when the group holds every
 role, so the orchestrator drives the phases with SIGUSR1: after
@@ -69,7 +72,7 @@ from coordination import (
 )
 from coordination.defaults import PARTITIONS
 from coordination.evaluate import PLACEMENTS
-from coordination.heap import HeapSettler, settle_heap
+from coordination.heap import HeapSettler
 from coordination.kafka import KafkaTransport
 from coordination.tenure import renewal_delay_ms
 
@@ -185,25 +188,44 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
                 and time.monotonic() - last_taken[0] > args.plateau)
 
     ticker = asyncio.create_task(every(args.progress_every, progress))
+    # While the held roles grow, freeze the heap as the worker application does,
+    # so the collector's full collections do not walk the roles already held
+    # again and again (coordination.heap).
+    settler = HeapSettler(lambda: frozenset(leadership.role for leadership in held),
+                          quiet_ms=round(args.progress_every * 1000))
+    settling = asyncio.create_task(settler.run())
     campaigns = [asyncio.create_task(take(i)) for i in range(args.roles)]
     pending: set[asyncio.Task[None]] = set(campaigns)
     try:
-        while pending and not plateaued():
-            _done, pending = await asyncio.wait(pending, timeout=1.0)
-        for campaign in pending:
-            campaign.cancel()  # a cancelled campaign leaves no leader (acquire_leadership)
-        await asyncio.gather(*campaigns, return_exceptions=True)
+        with GcPauses() as acquiring:
+            while pending and not plateaued():
+                _done, pending = await asyncio.wait(pending, timeout=1.0)
+            for campaign in pending:
+                campaign.cancel()  # a cancelled campaign leaves no leader (acquire_leadership)
+            await asyncio.gather(*campaigns, return_exceptions=True)
     finally:
         ticker.cancel()
+        settling.cancel()
     emit("acquired", held=len(held), failed=len(failures), failures=failures[:5],
+         gc=acquiring.summary(),
          not_admitted=args.roles - len(held) - len(failures),
          admission_closings=0 if admission is None else admission.closings,
          # After a plateau, until the last role taken, not until the plateau ended.
          seconds=(last_taken[0] if pending else time.monotonic()) - started)
-    # The held roles have stopped changing: settle the heap now, as the worker
-    # application does once they have stayed the same for a while, and before
-    # the hold window, so the window measures renewals on a settled heap.
-    emit("settled", frozen=settle_heap())
+    # The held roles have stopped changing: freeze what is new since the last
+    # freeze (the roles only grew), before the hold window, so the window
+    # measures renewals on a settled heap.
+    began = time.perf_counter()
+    frozen = settler.step()
+    emit("settled", frozen=frozen, pause_ms=round((time.perf_counter() - began) * 1000, 1))
+    if args.settle_quiet > 0:
+        # The renewals that came due while the settle stopped the loop are late:
+        # timed apart from the window, which measures a settled worker holding.
+        renewals.holding = True
+        await asyncio.sleep(args.settle_quiet)
+        renewals.holding = False
+        emit("after-settle", latency_ms=renewals.latency_ms, lateness_ms=renewals.lateness_ms)
+        renewals.latency_ms, renewals.lateness_ms = [], []
     renewals.holding = True
     emit("holding")
     with GcPauses() as pauses:
@@ -341,6 +363,19 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.sleep(3600)  # the orchestrator stops this process by PID
 
 
+LOOPS = ("asyncio", "uvloop")
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a worker runs on: None for asyncio's default, or uvloop's.
+    The library runs on either unchanged; which one is the process's choice."""
+    if name == "uvloop":
+        import uvloop  # the bench extra; imported only when asked for
+
+        return uvloop.new_event_loop
+    return None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", required=True)
@@ -367,10 +402,17 @@ def main() -> int:
     p.add_argument("--plateau", type=float, default=60.0,
                    help="alone, with an admission: stop campaigning once no role was taken "
                         "for this long while the admission was closed (s)")
+    p.add_argument("--settle-quiet", type=float, default=0.0,
+                   help="alone: time the renewals of this many seconds after the settle "
+                        "apart (the after-settle event), then open the hold window")
+    p.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="the event loop: asyncio's own, or uvloop (the bench extra)")
     p.add_argument("--progress-every", type=float, default=5.0)
     p.add_argument("--start-rate", type=float, default=0.0,
                    help="in a group: start this many candidates a second (0: all at once)")
-    asyncio.run(run(p.parse_args()))
+    args = p.parse_args()
+    with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+        runner.run(run(args))
     return 0
 
 

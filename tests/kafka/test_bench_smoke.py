@@ -106,3 +106,40 @@ def test_a_group_of_three_workers_holds_every_role_once_and_reports_the_split(
         assert rows[f"held@{member}"]["samples"] == [float(config["split"][member])]
         assert rows[f"fds@{member}"]["n"] == 1
         assert rows[f"rss@{member}"]["n"] >= 1
+
+
+def test_one_worker_holds_its_roles_on_each_event_loop_and_times_the_settle_apart(
+        kafka_bootstrap, tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "roles-scale", "--systems", "krabka",
+         "--scale-roles", "20", "--scale-hold", "2", "--scale-settle-quiet", "1",
+         "--scale-loop", "asyncio,uvloop", "--bootstrap-servers", kafka_bootstrap,
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {(r["system"], r.get("metric")): r for r in json.loads(out.read_text())
+            if r["figure"] == "roles-scale"}
+    for system, loop in (("krabka", "asyncio"), ("krabka-uvloop", "uvloop")):
+        config = rows[(system, "acquire@20")]["configuration"]
+        assert config["loop"] == loop
+        assert config["held"] == 20
+        assert config["roles_lost_while_holding"] == 0
+        assert config["settle_pause_ms"] >= 0
+        assert config["settle_quiet_s"] == 1
+        assert set(config["gc_pauses_acquiring_ms"]) == {"0", "1", "2"}
+        assert (system, "renewal-lateness-after-settle@20") in rows
+        assert (system, "renewal-lateness@20") in rows
+
+
+def test_an_unknown_event_loop_is_refused_before_anything_runs(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "roles-scale", "--scale-loop", "trio",
+         "--json", str(tmp_path / "bench.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode != 0
+    assert "--scale-loop must name one or more of asyncio, uvloop" in done.stderr
+    assert not (tmp_path / "bench.json").exists()
