@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 from coordination import ManualClock
-from coordination.heap import HeapSettler, freeze_new, settle_heap
+from coordination.heap import OLDEST_THRESHOLD, HeapSettler, freeze_new, settle_heap
 from tests.support.loop import run_ready_callbacks
 
 
@@ -17,6 +17,15 @@ class Cycle:
 
     def __init__(self) -> None:
         self.me = self
+
+
+@pytest.fixture(autouse=True)
+def thresholds():
+    """The collector's thresholds as the test found them, put back after it: a
+    freeze or a settle changes them for the whole process."""
+    found = gc.get_threshold()
+    yield found
+    gc.set_threshold(*found)
 
 
 def test_settling_freezes_what_survives_so_collections_skip_it():
@@ -52,6 +61,21 @@ def test_a_freeze_frees_new_garbage_and_keeps_what_it_froze_before_until_a_full_
     assert kept_alive() is not None, "a freeze walked what an earlier freeze froze"
     settle_heap()
     assert kept_alive() is None, "a full settle did not free what a freeze kept"
+
+
+def test_a_frozen_heap_spaces_the_full_collections_by_its_size(thresholds):
+    first, second, _ = thresholds
+    long_lived = [[i] for i in range(600_000)]  # tracked objects, kept alive
+    frozen = freeze_new()
+    assert frozen > 600_000
+    assert gc.get_threshold() == (first, second, frozen // (4 * first * second))
+    assert gc.get_threshold()[2] > OLDEST_THRESHOLD
+    del long_lived
+    settle_heap()
+    assert gc.get_threshold() == (first, second, max(
+        OLDEST_THRESHOLD, gc.get_freeze_count() // (4 * first * second)))
+    assert gc.get_threshold()[2] < frozen // (4 * first * second), \
+        "a settle that freed most of the heap kept full collections as rare"
 
 
 class Held:
