@@ -45,9 +45,10 @@ from coordination.clock import Clock, SystemClock
 __all__ = ["DEFAULT_QUIET_MS", "OLDEST_THRESHOLD", "HeapSettler", "freeze_new", "settle_heap"]
 
 DEFAULT_QUIET_MS = 30_000
-"""How long the held tenures must stay unchanged before the heap is settled:
-longer than a campaign and its first renewal, so a burst of elections at
-start-up settles once, not once per role."""
+"""How often `HeapSettler` looks at the held tenures: it freezes at most this
+often while they grow, and settles in full only once they stayed unchanged
+this long, longer than a campaign and its first renewal, so a burst of
+changes settles once, not once per role."""
 
 
 def settle_heap() -> int:
