@@ -75,8 +75,6 @@ class Bench:
     scale_settle_quiet: float = 0.0
     """Seconds after the worker settles its heap before the hold window opens; the
     renewals in between are a figure of their own (0: the window opens at once)."""
-    scale_limit: dict[str, str] = field(default_factory=dict)
-    """What stopped roles-scale's growing N, by event loop."""
     group_roles: int = 3000
     group_start_rate: float = 0.0
     file_limit: dict[str, Any] = field(default_factory=dict)

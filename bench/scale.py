@@ -251,7 +251,6 @@ async def _roles_scale_on(bench: Bench, loop: str, psutil: Any) -> None:
             break
         finally:
             await stop(child)
-    bench.scale_limit[loop] = limit_reason
     rate = growth(acquire_s)
     if rate is not None:
         print(f"  roles-scale ({loop}): acquisition from {rate['from_roles']} to "
