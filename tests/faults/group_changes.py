@@ -61,7 +61,8 @@ change's signal (or start) to that instant. Then it asserts:
    member) and its lease tombstones that cleared a lease (with the cleared
    tenure, token and member, at the tombstone's offset); and every function
    that started ran under one of those tenures. The fold may lag a rebalance, so this is polled up
-   to `AGREE_WITHIN` s before it counts as a disagreement.
+   to `AGREE_WITHIN` s before it counts as a disagreement; a difference already
+   reported at an earlier change is reported once and not waited for again.
 5. **Every live worker's web view agrees** (part of settling, above).
 
 At the end the history checker (`tests.faults.history`) reads each role's output
@@ -428,6 +429,8 @@ class GroupChangeRun:
         self.results: list[ChangeResult] = []
         self.findings: list[str] = []
         self.overlaps_reported: set[tuple[Any, ...]] = set()
+        self.differences_reported: set[tuple[Any, ...]] = set()
+        """Story entries and tenures already reported as a disagreement."""
         self.log = log
         self.bound = LEASE + STAGGER * pool
         self.sampler = Sampler(lambda: [w for w in list(self.live.values())
@@ -630,7 +633,12 @@ class GroupChangeRun:
         return ""
 
     def _disagreements(self, tenures: Sequence[Tenure]) -> list[str]:
-        """Events against the state topic, and the functions' tenures against both."""
+        """Events against the state topic, and the functions' tenures against both.
+
+        Only differences not reported at an earlier change are waited for: a
+        disagreement that stays would otherwise cost every later change its
+        `AGREE_WITHIN` s, and the short run would reach pytest's timeout, whose
+        thread method ends the process without stopping the workers."""
         partitions = [role_partition(n, PARTITIONS) for n in ROLE_NAMES]
         deadline = time.monotonic() + AGREE_WITHIN
         while True:
@@ -642,15 +650,18 @@ class GroupChangeRun:
                        for kind, role, tenure, pid, epoch, member, _ in state
                        if kind == "elected"}
             ran = {(t.role, t.tenure, *t.token, t.member) for t in tenures}
+            only_state = (state - events) - self.differences_reported
+            only_events = (events - state) - self.differences_reported
+            lacking = (ran - elected) - self.differences_reported
             found = []
-            if state != events:
+            if only_state or only_events:
                 found.append(f"the events and the state topic differ: only in the state "
-                             f"{sorted(state - events)}, only in the events "
-                             f"{sorted(events - state)}")
-            if not ran <= elected:
+                             f"{sorted(only_state)}, only in the events {sorted(only_events)}")
+            if lacking:
                 found.append(f"functions ran under tenures the state topic lacks: "
-                             f"{sorted(ran - elected)}")
+                             f"{sorted(lacking)}")
             if not found or time.monotonic() > deadline:
+                self.differences_reported |= only_state | only_events | lacking
                 return found
             time.sleep(POLL)
 

@@ -23,9 +23,11 @@ import pytest
 
 from coordination import encode_key, encode_lease, lease_key, registration_key
 from coordination.records import Lease
+from tests.faults import group_changes
 from tests.faults.group_changes import (
     PARTITIONS_BACK_SCRIPT,
     SHORT_SCRIPT,
+    GroupChangeRun,
     Sampler,
     Tenure,
     check_script,
@@ -144,6 +146,43 @@ def test_the_events_story_counts_a_repeated_event_once_and_skips_the_other_kinds
     assert event_story(events) == {
         ("elected", ROLE, 1, 7, 1, "a", 1), ("resigned", ROLE, 1, 7, 1, "a", 3),
         ("elected", ROLE, 5, 7, 2, "b", 5)}
+
+
+def test_a_disagreement_is_reported_once_and_not_waited_for_at_later_changes(
+        tmp_path, monkeypatch):
+    """A disagreement that stays must not cost each later change its wait for
+    agreement (the short run would reach the suite's timeout); a new one is
+    still waited for and reported."""
+    elected = ("elected", ROLE, 1, 7, 1, "a", 1)
+    later = ("elected", ROLE, 5, 7, 2, "b", 5)
+    stories = {"state": {elected}, "events": set()}
+
+    async def read(bootstrap, topic, partitions):
+        return "state" if topic == run.group.state_topic else "events"
+
+    def no_wait(seconds):
+        raise AssertionError("waited for agreement again")
+
+    monkeypatch.setattr(group_changes, "_read", read)
+    monkeypatch.setattr(group_changes, "state_story", lambda which: stories[which])
+    monkeypatch.setattr(group_changes, "event_story", lambda which: stories[which])
+    monkeypatch.setattr(group_changes, "AGREE_WITHIN", 0.0)
+    run = GroupChangeRun("localhost:1", tmp_path, 2, log=lambda line: None)
+
+    first = run._disagreements([])
+    assert len(first) == 1
+    assert str(elected) in first[0]
+
+    monkeypatch.setattr(group_changes, "AGREE_WITHIN", 3600.0)
+    monkeypatch.setattr(group_changes.time, "sleep", no_wait)
+    assert run._disagreements([]) == []
+
+    stories["state"] = {elected, later}
+    monkeypatch.setattr(group_changes, "AGREE_WITHIN", 0.0)
+    again = run._disagreements([])
+    assert len(again) == 1
+    assert str(later) in again[0]
+    assert str(elected) not in again[0]
 
 
 @pytest.mark.parametrize(("script", "initial", "message"), [
