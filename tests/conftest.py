@@ -26,6 +26,9 @@ import pytest
 from tests.support.ports import kafka_port
 from tests.support.secure_cluster import SecureCluster
 
+# A test past the suite's timeout still has its processes stopped, by PID.
+pytest_plugins = ("tests.support.timeout_cleanup",)
+
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "deploy" / "kafka" / "kafka.py"
 START_TIMEOUT = 240

@@ -113,3 +113,18 @@ def test_every_private_attribute_read_off_a_dependency_object_is_listed():
     unlisted = {str(path.relative_to(ROOT)): sorted(private_reads_off_other_objects(path) - listed)
                 for path in SCANNED}
     assert {path: names for path, names in unlisted.items() if names} == {}
+
+
+def test_the_suite_timeout_plugin_finds_what_it_uses_in_the_installed_pytest_timeout():
+    """tests/support/timeout_cleanup.py calls pytest-timeout's thread-method exit and its
+    debugger test, and sets the attribute its cancel hook reads: none is a documented hook."""
+    import importlib.metadata
+
+    import pytest_timeout
+
+    from tests.support.timeout_cleanup import CHECKED_VERSION
+
+    assert importlib.metadata.version("pytest-timeout") == CHECKED_VERSION
+    assert callable(pytest_timeout.timeout_timer)
+    assert callable(pytest_timeout.is_debugging)
+    assert '"cancel_timeout"' in inspect.getsource(pytest_timeout.pytest_timeout_cancel_timer)
