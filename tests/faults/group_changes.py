@@ -307,6 +307,35 @@ def event_story(records: Sequence[Any]) -> Story:
     return story
 
 
+def partition_lines(state: Sequence[Any], events: Sequence[Any], roles: set[str]) -> list[str]:
+    """The state records and events of `roles`, a line each in offset order: what a
+    disagreement's report shows, since the topics are gone with the test's broker."""
+    lines = []
+    for record in state:
+        try:
+            key = decode_key(record.key or b"")
+        except ValueError:
+            continue
+        if key.role not in roles:
+            continue
+        what = f"{key.kind.name.lower()} {key.member}".strip()
+        if key.kind == Kind.LEASE and record.value:
+            lease = decode_lease(record.value)
+            what += (f" {lease.member} token {lease.producer_id}:{lease.producer_epoch} "
+                     f"deadline {lease.deadline}")
+        elif not record.value:
+            what += " tombstone"
+        lines.append(f"  state p{record.partition} @{record.offset} ts {record.timestamp}: "
+                     f"{key.role} {what}")
+    for record in events:
+        event = json.loads(record.value)
+        if event["role"] in roles:
+            lines.append(f"  event p{record.partition} @{record.offset}: {event['role']} "
+                         f"{event['kind']} tenure {event.get('tenure')} offset "
+                         f"{event.get('offset')} {event.get('member')} {event.get('token')}")
+    return lines
+
+
 def role_states(records: Sequence[Any]) -> dict[str, RoleState]:
     by_partition: dict[int, list[Record]] = {}
     for r in records:
@@ -642,10 +671,11 @@ class GroupChangeRun:
         partitions = [role_partition(n, PARTITIONS) for n in ROLE_NAMES]
         deadline = time.monotonic() + AGREE_WITHIN
         while True:
-            state = state_story(asyncio.run(_read(
-                self.group.bootstrap, self.group.state_topic, partitions)))
-            events = event_story(asyncio.run(_read(
-                self.group.bootstrap, self.group.events_topic, partitions)))
+            state_records = asyncio.run(_read(
+                self.group.bootstrap, self.group.state_topic, partitions))
+            event_records = asyncio.run(_read(
+                self.group.bootstrap, self.group.events_topic, partitions))
+            state, events = state_story(state_records), event_story(event_records)
             elected = {(role, tenure, pid, epoch, member)
                        for kind, role, tenure, pid, epoch, member, _ in state
                        if kind == "elected"}
@@ -662,6 +692,11 @@ class GroupChangeRun:
                              f"{sorted(lacking)}")
             if not found or time.monotonic() > deadline:
                 self.differences_reported |= only_state | only_events | lacking
+                if found:
+                    roles = {entry[1] for entry in only_state | only_events} | \
+                            {entry[0] for entry in lacking}
+                    found[-1] += "\n" + "\n".join(
+                        partition_lines(state_records, event_records, roles))
                 return found
             time.sleep(POLL)
 

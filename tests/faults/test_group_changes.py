@@ -148,30 +148,43 @@ def test_the_events_story_counts_a_repeated_event_once_and_skips_the_other_kinds
         ("elected", ROLE, 5, 7, 2, "b", 5)}
 
 
-def test_a_disagreement_is_reported_once_and_not_waited_for_at_later_changes(
+class StoryRecords(list):
+    """Records read off a topic, and which story the test's stand-in tells of them."""
+
+    def __init__(self, which, records):
+        super().__init__(records)
+        self.which = which
+
+
+def test_a_disagreement_is_reported_once_with_its_records_and_not_waited_for_again(
         tmp_path, monkeypatch):
     """A disagreement that stays must not cost each later change its wait for
     agreement (the short run would reach the suite's timeout); a new one is
-    still waited for and reported."""
+    still waited for and reported. The report lists the role's records."""
     elected = ("elected", ROLE, 1, 7, 1, "a", 1)
     later = ("elected", ROLE, 5, 7, 2, "b", 5)
     stories = {"state": {elected}, "events": set()}
 
     async def read(bootstrap, topic, partitions):
-        return "state" if topic == run.group.state_topic else "events"
+        if topic == run.group.state_topic:
+            return StoryRecords("state", [SimpleNamespace(
+                partition=0, offset=1, timestamp=5, key=encode_key(lease_key(ROLE)),
+                value=_lease("a", 1))])
+        return StoryRecords("events", [])
 
     def no_wait(seconds):
         raise AssertionError("waited for agreement again")
 
     monkeypatch.setattr(group_changes, "_read", read)
-    monkeypatch.setattr(group_changes, "state_story", lambda which: stories[which])
-    monkeypatch.setattr(group_changes, "event_story", lambda which: stories[which])
+    monkeypatch.setattr(group_changes, "state_story", lambda read: stories[read.which])
+    monkeypatch.setattr(group_changes, "event_story", lambda read: stories[read.which])
     monkeypatch.setattr(group_changes, "AGREE_WITHIN", 0.0)
     run = GroupChangeRun("localhost:1", tmp_path, 2, log=lambda line: None)
 
     first = run._disagreements([])
     assert len(first) == 1
     assert str(elected) in first[0]
+    assert f"state p0 @1 ts 5: {ROLE} lease a token 7:1 deadline 3000" in first[0]
 
     monkeypatch.setattr(group_changes, "AGREE_WITHIN", 3600.0)
     monkeypatch.setattr(group_changes.time, "sleep", no_wait)
