@@ -170,7 +170,8 @@ def test_a_disagreement_is_reported_once_with_its_records_and_not_waited_for_aga
             return StoryRecords("state", [SimpleNamespace(
                 partition=0, offset=1, timestamp=5, key=encode_key(lease_key(ROLE)),
                 value=_lease("a", 1))])
-        return StoryRecords("events", [])
+        event = _event("lapsed", 1, "a", 1, 9)
+        return StoryRecords("events", [SimpleNamespace(partition=0, offset=4, value=event.value)])
 
     def no_wait(seconds):
         raise AssertionError("waited for agreement again")
@@ -185,6 +186,7 @@ def test_a_disagreement_is_reported_once_with_its_records_and_not_waited_for_aga
     assert len(first) == 1
     assert str(elected) in first[0]
     assert f"state p0 @1 ts 5: {ROLE} lease a token 7:1 deadline 3000" in first[0]
+    assert f"event p0 @4: {ROLE} lapsed tenure 1 offset 9 a" in first[0]
 
     monkeypatch.setattr(group_changes, "AGREE_WITHIN", 3600.0)
     monkeypatch.setattr(group_changes.time, "sleep", no_wait)
