@@ -17,7 +17,7 @@ import pytest
 from tests.support.timeout_cleanup import KAFKA_SCRIPT, ROOT
 
 HUNG_TEST = '''
-import os, subprocess, sys, time
+import os, subprocess, sys, threading
 from pathlib import Path
 
 import pytest
@@ -38,9 +38,9 @@ def broker(tmp_path):
 
 
 def test_that_hangs(broker):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     Path(os.environ["HUNG_OUT"], "child").write_text(str(child.pid))
-    time.sleep(600)  # the hang itself, which the timeout ends
+    threading.Event().wait()  # the hang itself, which the timeout ends
 '''
 
 

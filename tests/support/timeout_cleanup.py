@@ -49,13 +49,15 @@ def stop_started(basetemp: Path | None) -> list[int]:
     return [child.pid for child in children]
 
 
-def _basetemp(config: pytest.Config) -> Path | None:
-    factory = getattr(config, "_tmp_path_factory", None)
-    if factory is None:
-        return None
-    with contextlib.suppress(Exception):  # no test asked for a temporary path yet
-        return Path(factory.getbasetemp())
-    return None
+_BASETEMP = pytest.StashKey[Path]()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _basetemp(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Note the session's temporary directory, where the suite's brokers live,
+    for the timer, which a hook starts and which has no fixtures."""
+    request.config.stash[_BASETEMP] = tmp_path_factory.getbasetemp()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -68,7 +70,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
         if not settings.disable_debugger_detection and pytest_timeout.is_debugging():
             return  # pytest-timeout leaves a test under a debugger running, and so do we
         try:
-            stopped = stop_started(_basetemp(item.config))
+            stopped = stop_started(item.config.stash.get(_BASETEMP, None))
             print(f"\ntimeout: stopped the processes the suite started: {stopped}",
                   file=sys.stderr, flush=True)
         finally:
