@@ -70,6 +70,9 @@ INTERNALS: tuple[str, ...] = (
     "faust.tables.recovery:Recovery._build_highwaters",
     # The table manager starts without its second's sleep (patch 10).
     "faust.tables.manager:TableManager._update_channels",
+    # No record of a paused partition fetched while no partition is active (patch 14).
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
+    "aiokafka.consumer.fetcher:Fetcher.fetched_records",
     # A connection lost during FindCoordinator is retried (patch 8).
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.producer.sender:Sender._retry_backoff",

@@ -264,6 +264,7 @@ def test_the_installed_faust_is_patched():
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
     assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
+    assert faust_aiokafka.AIOKafkaConsumerThread._fetch_records is faust_patches._fetch_records
     assert Sender._find_coordinator is faust_patches._find_coordinator
     assert FlowControlEvent.resume is faust_patches._flow_resume
     assert FlowControlEvent.clear is faust_patches._flow_clear
@@ -658,6 +659,70 @@ async def test_the_consumer_thread_s_consumer_has_no_backoff_and_a_short_poll_on
     await faust_patches._consumer_thread_on_start(types.SimpleNamespace())
     assert consumer._fetcher._prefetch_backoff == faust_patches.FETCH_BACKOFF == 0.0
     assert consumer._fetcher._fetch_max_wait_ms == faust_patches.FETCH_MAX_WAIT_MS
+
+
+# --- no record of a paused partition is taken while no partition is active (patch 14)
+
+
+class _Prefetched:
+    """What aiokafka's ``FetchResult`` reads of the records it fetched for a
+    partition: each record (here its offset), and the offset after the last one
+    read."""
+
+    def __init__(self, offsets: list[int]) -> None:
+        self._offsets = iter(offsets)
+        self.next_fetch_offset = offsets[0]
+
+    def __iter__(self) -> _Prefetched:
+        return self
+
+    def __next__(self) -> int:
+        offset = next(self._offsets)
+        self.next_fetch_offset = offset + 1
+        return offset
+
+
+async def _thread_with_records_of(paused: TopicPartition, offsets: list[int]) -> tuple[
+        object, object]:
+    """Faust's consumer thread (what ``_fetch_records`` uses of it) and its aiokafka
+    consumer, whose own fetcher has fetched `offsets` of `paused`: aiokafka goes on
+    fetching a partition Faust has paused, which only leaves it out of the
+    partitions it asks for."""
+    fetcher = await _fetcher_holding_records_of(paused, TopicPartition("state", 1))
+    assignment = fetcher._subscriptions.subscription.assignment
+    assignment.state_value(paused).seek(offsets[0])
+    fetcher._records[paused] = FetchResult(paused, assignment=assignment,
+                                           partition_records=_Prefetched(offsets), backoff=0)
+    thread = types.SimpleNamespace(consumer=types.SimpleNamespace(flow_active=True))
+    return thread, types.SimpleNamespace(_fetcher=fetcher, _closed=False)
+
+
+async def test_with_no_partition_active_the_consumer_thread_takes_no_record_of_a_paused_one():
+    paused = TopicPartition("state", 6)
+    thread, consumer = await _thread_with_records_of(paused, [26, 27, 29])
+    active: set[TopicPartition] = set()
+    assert await faust_patches._fetch_records(thread, consumer, active, timeout=0) == {}
+    active.add(paused)  # resumed: its records come from the first one
+    assert await faust_patches._fetch_records(thread, consumer, active, timeout=0) == {
+        paused: [26, 27, 29]}
+
+
+async def test_unpatched_faust_takes_every_prefetched_record_while_no_partition_is_active():
+    """aiokafka reads an empty set of partitions as every partition. If this
+    fails, it no longer does, and patch 14 is moot."""
+    paused = TopicPartition("state", 6)
+    thread, consumer = await _thread_with_records_of(paused, [26, 27, 29])
+    assert await faust_patches._original_fetch_records(thread, consumer, set(), timeout=0) == {
+        paused: [26, 27, 29]}
+
+
+def test_the_active_partitions_are_seen_as_they_change_and_never_read_as_all():
+    active: set[TopicPartition] = set()
+    view = faust_patches.ActiveOnly(active)
+    assert view
+    assert TopicPartition("state", 6) not in view
+    active.add(TopicPartition("state", 6))
+    assert TopicPartition("state", 6) in view
 
 
 # --- the consumer thread's long poll holds its other requests back briefly (patch 9)
