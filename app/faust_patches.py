@@ -249,34 +249,34 @@ from the recovery's first step for the active partitions until it has sought
 them, a partition's position is answered as the offset the recovery will
 read it from. Applied with 3, on the versions it was checked on.
 
-14. Records of paused partitions fetched while no partition is active.
-Faust pauses a partition by leaving it out of its consumer's set of active
+14. Records of paused partitions fetched while no partition is active. Faust
+pauses a partition by leaving it out of its consumer's set of active
 partitions; aiokafka goes on fetching it, and the consumer thread asks
 aiokafka's ``Fetcher.fetched_records`` for the records of the active set
 only. But that filter reads an *empty* set as "every partition". Faust asks
 only while the set is not empty (``Consumer._wait_next_records``), but it
 hands aiokafka the live set, which aiokafka reads again each time records
 arrive while it waits (up to a second). The table recovery empties the set
-for a moment: when it has read the active
-changelogs it pauses them, and it resumes the standbys only after their
-offsets are sought (tens of milliseconds), with the stream partitions
-paused throughout. A fetch in that window returns what aiokafka has
-prefetched for the paused stream partitions, and the fetch loop drops each
-record whose partition is paused as it comes to it. When the recovery
-resumes the stream partitions while the loop is part way through that
-batch, a partition's later records are handed over without its first ones;
-the seek that follows reads the first ones again, and patch 12's once-only
-check takes them for handed over (they are below the last one handed) and
-skips them for good. Seen on the local broker, with the hand-overs logged:
-a worker given back a state partition folded the tenure's second lease
-(offset 29) as its start; the fetch that brought 26 to 29 came back 37 ms
-after "Done reading from changelog topics" paused the last active
-partition, 26 and 27 were never handed over, and after the seek both were
-skipped as below 29 (1 run of the group-change test in 27 beside the
-suite's CPU part; with the fix, none in 43). The fix gives aiokafka a filter that is never "every
-partition": the active set itself, seen through a view that is true even
-when empty, so with no partition active no record is returned, and a
-partition resumed while the fetcher waits is still seen at once.
+for a moment: when it has read the active changelogs it pauses them, and it
+resumes the standbys only after their offsets are sought (tens of
+milliseconds), with the stream partitions paused throughout. A fetch in that
+window returns what aiokafka has prefetched for the paused stream
+partitions, and the fetch loop drops each record whose partition is paused
+as it comes to it. When the recovery resumes the stream partitions while the
+loop is part way through that batch, a partition's later records are handed
+over without its first ones; the seek that follows reads the first ones
+again, and patch 12's once-only check takes them for handed over (they are
+below the last one handed) and skips them for good. Seen on the local
+broker, with the hand-overs logged: a worker given back a state partition
+folded the tenure's second lease (offset 29) as its start; the fetch that
+brought 26 to 29 came back 37 ms after "Done reading from changelog topics"
+paused the last active partition, 26 and 27 were never handed over, and
+after the seek both were skipped as below 29 (1 run of the group-change test
+in 27 beside the suite's CPU part; with the fix, none in 43). The fix gives
+aiokafka a filter that is never "every partition": the active set itself,
+seen through a view that is true even when empty, so with no partition
+active no record is returned, and a partition resumed while the fetcher
+waits is still seen at once.
 """
 
 from __future__ import annotations
