@@ -276,7 +276,8 @@ in 27 beside the suite's CPU part; with the fix, none in 43). The fix gives
 aiokafka a filter that is never "every partition": the active set itself,
 seen through a view that is true even when empty, so with no partition
 active no record is returned, and a partition resumed while the fetcher
-waits is still seen at once.
+waits is seen the next time aiokafka looks (when any records arrive, as
+before the patch).
 """
 
 from __future__ import annotations
@@ -495,9 +496,10 @@ class ActiveOnly:
     filters by them (patch 14).
 
     A live view of Faust's set, so a partition resumed while the fetcher waits
-    for records is seen at once, and true even when the set is empty, where
-    aiokafka would read an empty filter as every partition. The consumer
-    thread reads it while the main loop changes the set, as it read the set."""
+    for records is seen the next time it looks (when any records arrive), and
+    true even when the set is empty, where aiokafka would read an empty filter
+    as every partition. The consumer thread reads it while the main loop
+    changes the set, as it read the set."""
 
     __slots__ = ("_active",)
 
