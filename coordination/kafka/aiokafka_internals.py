@@ -13,7 +13,8 @@ producer's transaction manager itself and reads its fatal cause
 and wakes on its Fetch responses (`coordination.kafka.positions`), sends
 requests aiokafka does not define (`coordination.kafka.protocol`), starts a
 prepared producer's network client apart from its sender
-(`coordination.kafka.prepared`), retries CONCURRENT_TRANSACTIONS sooner than
+(`coordination.kafka.prepared`) from what the transport's own client knows
+(`coordination.kafka.seeded`), retries CONCURRENT_TRANSACTIONS sooner than
 aiokafka does (`coordination.kafka.prompt_retry`) and watches the registration
 producer's sender (`coordination.kafka.transport`). The worker reads the same
 transaction manager (``app/faust_patches.py``).
@@ -71,6 +72,12 @@ INTERNALS: tuple[str, ...] = (
     "aiokafka.producer.sender:Sender.start",
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.client:CoordinationType",
+    # A role producer's client started from its transport's (`coordination.kafka.seeded`).
+    "aiokafka.client:AIOKafkaClient._topics",
+    "aiokafka.client:AIOKafkaClient._sync_task",
+    "aiokafka.client:AIOKafkaClient._md_synchronizer",
+    "aiokafka.cluster:ClusterMetadata.update_metadata",
+    "aiokafka.protocol.metadata:MetadataRequest",
     # A role producer retries CONCURRENT_TRANSACTIONS promptly
     # (`coordination.kafka.prompt_retry`): its sender's handlers, subclassed.
     "aiokafka.producer.sender:Sender._do_add_partitions_to_txn",

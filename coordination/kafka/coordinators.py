@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
     AIOKafkaClient,
     CoordinationType,
+)
+from aiokafka.protocol.metadata import (  # type: ignore[import-untyped, unused-ignore]
+    MetadataRequest,
 )
 
 from coordination.cancellation import within
@@ -50,6 +53,7 @@ from coordination.kafka.protocol import (
     parse_describe_transactions,
     parse_init_producer_id,
 )
+from coordination.kafka.seeded import SharedMetadata
 
 __all__ = ["TransactionCoordinators"]
 
@@ -83,6 +87,8 @@ class TransactionCoordinators:
         self._client: Any = None
         self._start_lock = asyncio.Lock()
         self._nodes: dict[str, int] = {}
+        self._finding: dict[str, asyncio.Future[int]] = {}
+        self._metadata = SharedMetadata(self._ask_metadata)
         self._warming: set[asyncio.Task[None]] = set()
 
     async def describe(self, role: str) -> TransactionDescription:
@@ -132,13 +138,34 @@ class TransactionCoordinators:
         return await self._bounded(ask(), "ApiVersions")
 
     async def close(self) -> None:
-        warming = list(self._warming)
+        warming: list[asyncio.Future[Any]] = [*self._warming, *self._finding.values()]
         for task in warming:
             task.cancel()
         await asyncio.gather(*warming, return_exceptions=True)
         client, self._client = self._client, None
         if client is not None:
             await stop_client(client)
+
+    async def coordinator(self, role: str) -> int:
+        """The broker that is `role`'s transaction coordinator (looked up once per role)."""
+        client = await self._started()
+        return await self._bounded(self._coordinator(client, role),
+                                   f"finding the coordinator of role {role!r}")
+
+    async def topic_metadata(self, topic: str) -> Any:
+        """A Metadata response for `topic`, shared (`coordination.kafka.seeded`)."""
+        return await self._metadata.get(topic)
+
+    async def _ask_metadata(self, topics: Iterable[str]) -> Any:
+        client = await self._started()
+        node = client.get_random_node()
+        if node is None:
+            raise KafkaUnavailableError(f"no broker known to ask for metadata "
+                                        f"(cluster {self._servers})")
+        # Never creating: the transport has checked that the topic exists, and a
+        # topic deleted since must not come back with the broker's defaults.
+        request = MetadataRequest(list(topics), allow_auto_topic_creation=False)
+        return await self._bounded(client.send(node, request), "reading the state topic's metadata")
 
     def warm(self, role: str) -> None:
         """Start the client and find `role`'s coordinator in the background.
@@ -223,14 +250,32 @@ class TransactionCoordinators:
 
     async def _coordinator(self, client: Any, role: str) -> int:
         node = self._nodes.get(role)
-        if node is None:
-            try:
-                node = int(await client.coordinator_lookup(CoordinationType.TRANSACTION, role))
-            except _errors.BrokerResponseError as exc:
-                if exc.errno in _MOVED or exc.errno in _BUSY:
-                    raise _Retry(moved=False) from exc
-                raise
-            except _LOST_NODE as exc:
-                raise _Retry(moved=True) from exc
-            self._nodes[role] = node
+        if node is not None:
+            return node
+        # A new role's producer and its resignation's warm-up ask at the same
+        # instant: they share one FindCoordinator.
+        finding = self._finding.get(role)
+        if finding is None:
+            finding = asyncio.ensure_future(self._find(client, role))
+            self._finding[role] = finding
+
+            def found(done: asyncio.Future[int]) -> None:
+                self._finding.pop(role, None)
+                if not done.cancelled():
+                    done.exception()  # retrieved: every waiter may have gone
+
+            finding.add_done_callback(found)
+        # Shielded: one caller's cancellation must not cancel the others' lookup.
+        return await asyncio.shield(finding)
+
+    async def _find(self, client: Any, role: str) -> int:
+        try:
+            node = int(await client.coordinator_lookup(CoordinationType.TRANSACTION, role))
+        except _errors.BrokerResponseError as exc:
+            if exc.errno in _MOVED or exc.errno in _BUSY:
+                raise _Retry(moved=False) from exc
+            raise
+        except _LOST_NODE as exc:
+            raise _Retry(moved=True) from exc
+        self._nodes[role] = node
         return node

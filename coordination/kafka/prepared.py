@@ -7,9 +7,12 @@ Only the last one must wait for the challenge: the first three read and
 change nothing. A standby first in line for a role therefore has this
 transport prepare its producer while it waits (`PreparedProducers.prepare`):
 the producer is built with the role's ``transactional_id`` and transaction
-timeout, bootstrapped, the state topic's metadata read (with the metadata
-of the role's declared outputs, so that the new leader's first guarded
-write does not wait for a Metadata request), its coordinator found and its
+timeout, started from what its transport's own client knows of the
+brokers, the state topic and the role's coordinator
+(`coordination.kafka.seeded`; bootstrapped, the state topic's metadata
+read and the coordinator found by itself when the transport cannot tell),
+the metadata of the role's declared outputs read (so that the new leader's
+first guarded write does not wait for a Metadata request), and its
 connections to the coordinator, to the state partition's leader and to the
 outputs' leaders opened. An output is asked for only once it is known to
 exist (the transport's topic check, which cannot create a topic): aiokafka's
@@ -57,6 +60,7 @@ from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unus
 
 from coordination.cancellation import bounded
 from coordination.kafka.lifecycle import stop_producer
+from coordination.kafka.seeded import Seed, start_seeded
 
 __all__ = ["PreparedProducers", "start_prepared"]
 
@@ -75,10 +79,12 @@ class PreparedProducers:
     """At most `limit` role producers, each connected but not yet started."""
 
     def __init__(self, build: Callable[[str, int], Any], *, topic: str,
-                 exists: Callable[[str], Awaitable[bool]], limit: int, timeout: float) -> None:
+                 exists: Callable[[str], Awaitable[bool]], limit: int, timeout: float,
+                 seed: Callable[[str], Awaitable[Seed]] | None = None) -> None:
         if limit < 0:
             raise ValueError(f"the number of prepared producers must be >= 0, got {limit}")
         self._build = build
+        self._seed = seed
         self._topic = topic
         self._exists = exists
         self._limit = limit
@@ -174,24 +180,43 @@ class PreparedProducers:
     async def _warm(self, role: str, producer: Any, partition: int,
                     outputs: tuple[str, ...]) -> None:
         client = producer.client
-        # The role producer's bootstrap is guarded (`guard_bootstrap`): a
-        # discarded preparation lets it finish before the producer stops.
-        await bounded(client.bootstrap(), self._timeout)
+        seed = await self._seeded(role)
+        if seed is None:
+            # The role producer's bootstrap is guarded (`guard_bootstrap`): a
+            # discarded preparation lets it finish before the producer stops.
+            await bounded(client.bootstrap(), self._timeout)
+        else:
+            start_seeded(producer, seed)
         # aiokafka's bootstrap asks for no topic's metadata (an empty list on
-        # Metadata v1+): the state topic's is read now, not at the first lease,
-        # in the same request as the existing outputs' (the topics the client
-        # tracks). A missing output is left out: its first write asks for it.
+        # Metadata v1+): the state topic's is read now (unless seeded), not at
+        # the first lease, in the same request as the existing outputs' (the
+        # topics the client tracks). A missing output is left out: its first
+        # write asks for it.
         present = [topic for topic in outputs if await self._exists(topic)]
         client.set_topics([self._topic, *present])
         await producer.partitions_for(self._topic)
-        await producer._sender._find_coordinator(CoordinationType.TRANSACTION, role)
-        leaders = {client.cluster.leader_for_partition(TopicPartition(self._topic, partition))}
+        coordinator = await producer._sender._find_coordinator(CoordinationType.TRANSACTION,
+                                                               role)
+        leaders = {coordinator,
+                   client.cluster.leader_for_partition(TopicPartition(self._topic, partition))}
         for topic in present:
             for index in client.cluster.partitions_for_topic(topic) or ():
                 leaders.add(client.cluster.leader_for_partition(TopicPartition(topic, index)))
         for leader in leaders:
             if leader is not None and leader >= 0:
                 await client.ready(leader)
+
+    async def _seeded(self, role: str) -> Seed | None:
+        """What the transport knows for `role`'s client, or None to bootstrap it."""
+        if self._seed is None:
+            return None
+        try:
+            return await self._seed(role)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("%s: no seed for the role producer's client (%r); it bootstraps", role, exc)
+            return None
 
     @staticmethod
     async def _close(held: _Preparation) -> None:

@@ -95,6 +95,7 @@ from coordination.kafka.protocol import (
     BrokerApiVersions,
 )
 from coordination.kafka.reader import PartitionReader
+from coordination.kafka.seeded import Seed
 from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
 from coordination.token import NO_EPOCH, FencingToken
@@ -181,7 +182,8 @@ class KafkaTransport:
         self._hub = TailHub(lambda: self._new_consumer(tail_wait_ms))
         self._producers: dict[str, RoleProducer] = {}
         self._prepared = PreparedProducers(self._role_producer, topic=topic, exists=self._exists,
-                                           limit=prepared_producers, timeout=operation_timeout)
+                                           limit=prepared_producers, timeout=operation_timeout,
+                                           seed=self._seed)
         # role -> (token, error) of its producer that retired itself (fenced, fatal)
         self._ended: dict[str, tuple[FencingToken, BaseException]] = {}
         self._role_locks: dict[str, asyncio.Lock] = {}
@@ -468,6 +470,12 @@ class KafkaTransport:
         guard_bootstrap(producer.client)
         one_connection_per_broker(producer.client)
         return producer
+
+    async def _seed(self, role: str) -> Seed:
+        """What a role producer's client starts from instead of a bootstrap of its own."""
+        metadata = await self._coordinators.topic_metadata(self.topic)
+        coordinator = await self._coordinators.coordinator(role)
+        return Seed(metadata, frozenset({self.topic}), coordinator)
 
     def _lock(self, role: str) -> asyncio.Lock:
         return self._role_locks.setdefault(role, asyncio.Lock())

@@ -145,6 +145,19 @@ def count_coordinator_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return lookups
 
 
+def count_bootstraps(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """From now on, every aiokafka client that bootstraps."""
+    bootstraps: list[Any] = []
+    bootstrap = AIOKafkaClient.bootstrap
+
+    async def counted_bootstrap(self: Any) -> Any:
+        bootstraps.append(self)
+        return await bootstrap(self)
+
+    monkeypatch.setattr(AIOKafkaClient, "bootstrap", counted_bootstrap)
+    return bootstraps
+
+
 async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:
     """A read once every commit marker is written (stable offset = high watermark)."""
     return await polling.eventually(lambda: transport.read_partition(partition),
@@ -712,14 +725,7 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
 
     await polling.eventually(located, bool, DEADLINE)  # the raw client's own lookup
     assert prepared.client.cluster.partitions_for_topic(standby.topic)  # no metadata to wait for
-    bootstraps: list[Any] = []
-    bootstrap = AIOKafkaClient.bootstrap
-
-    async def counted_bootstrap(self: Any) -> Any:
-        bootstraps.append(self)
-        return await bootstrap(self)
-
-    monkeypatch.setattr(AIOKafkaClient, "bootstrap", counted_bootstrap)
+    bootstraps = count_bootstraps(monkeypatch)
     lookups = count_coordinator_lookups(monkeypatch)
     minted = await standby.acquire_epoch(role, LEASE)
     assert standby._producers[role].producer is prepared
@@ -728,6 +734,49 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
     assert minted.producer_epoch > token.producer_epoch
     with pytest.raises(FencedError):
         await write_lease(holder, role, token, 0, *lease_record(role, token))
+    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
+    assert (await standby.describe_epoch(role)).token == minted
+
+
+async def test_a_prepared_producer_starts_from_the_transports_metadata_and_opens_one_connection(
+        transports, role, monkeypatch):
+    """No bootstrap connection, Metadata or FindCoordinator of its own: the
+    transport's client answers for it, once for many roles."""
+    holder, standby = await transports(), await transports()
+    token = await holder.acquire_epoch(role, LEASE)
+    bootstraps = count_bootstraps(monkeypatch)
+    await standby.prepare_epoch(role, LEASE, 0)
+    prepared = await prepared_and_ready(standby, role)
+    assert prepared.client not in bootstraps
+    assert len(prepared.client._conns) == 1
+    lookups = count_coordinator_lookups(monkeypatch)
+    other = f"{role}-other"
+    await standby.prepare_epoch(other, LEASE, 0)
+    second = await prepared_and_ready(standby, other)
+    assert second.client not in bootstraps
+    assert lookups == [other]  # the transport's client, for the resignation too
+    minted = await standby.acquire_epoch(role, LEASE)
+    assert standby._producers[role].producer is prepared
+    with pytest.raises(FencedError):
+        await write_lease(holder, role, token, 0, *lease_record(role, token))
+    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
+    assert (await standby.describe_epoch(role)).token == minted
+
+
+async def test_without_the_transports_metadata_a_prepared_producer_bootstraps_itself(
+        transports, role, monkeypatch):
+    standby = await transports()
+
+    async def unavailable(_topic: str) -> Any:
+        raise KafkaUnavailableError("no metadata")
+
+    monkeypatch.setattr(standby._coordinators, "topic_metadata", unavailable)
+    bootstraps = count_bootstraps(monkeypatch)
+    await standby.prepare_epoch(role, LEASE, 0)
+    prepared = await prepared_and_ready(standby, role)
+    assert prepared.client in bootstraps
+    minted = await standby.acquire_epoch(role, LEASE)
+    assert standby._producers[role].producer is prepared
     await write_lease(standby, role, minted, 0, *lease_record(role, minted))
     assert (await standby.describe_epoch(role)).token == minted
 
@@ -885,6 +934,12 @@ async def test_a_preparation_discarded_while_it_bootstraps_leaves_no_connection_
         transports, role, monkeypatch):
     standby = await transports()
     await standby._exists(standby.topic)  # the admin client is up: only the preparation's waits
+
+    async def unavailable(_topic: str) -> Any:
+        raise KafkaUnavailableError("no metadata")
+
+    # Without the transport's metadata to start from, the preparation bootstraps.
+    monkeypatch.setattr(standby._coordinators, "topic_metadata", unavailable)
     bootstraps = BootstrapConnections(monkeypatch)
     await standby.prepare_epoch(role, LEASE, 0)  # the preparation starts at the next await
     await bootstraps.opened(standby._prepared._by_role[role].producer.client)
