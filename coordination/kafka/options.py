@@ -11,6 +11,7 @@ at construction, and an option the protocol depends on is refused.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +41,10 @@ _CLASSES: tuple[Any, ...] = (
 )
 
 
+@functools.cache
 def _accepted(cls: Any) -> frozenset[str]:
+    # Cached: a worker taking thousands of roles builds a producer for each,
+    # and reading a signature costs more than the rest of building its options.
     return frozenset(inspect.signature(cls.__init__).parameters) - {"self"}
 
 
