@@ -141,7 +141,7 @@ class TransactionCoordinators:
         warming: list[asyncio.Future[Any]] = [*self._warming, *self._finding.values()]
         for task in warming:
             task.cancel()
-        await asyncio.gather(*warming, return_exceptions=True)
+        await asyncio.gather(*warming, self._metadata.close(), return_exceptions=True)
         client, self._client = self._client, None
         if client is not None:
             await stop_client(client)

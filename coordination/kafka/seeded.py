@@ -110,9 +110,12 @@ class SharedMetadata:
         # Shielded: one caller's cancellation must not cancel the others' request.
         return await asyncio.shield(asking)
 
-    def forget(self) -> None:
-        """Drop the held answer: the next `get` asks again."""
-        self._answers.clear()
+    async def close(self) -> None:
+        """Cancel the requests in flight and wait for them to end."""
+        asking = list(self._asking.values())
+        for request in asking:
+            request.cancel()
+        await asyncio.gather(*asking, return_exceptions=True)
 
     async def _fetch(self, topic: str) -> Any:
         asked_at = self._monotonic()

@@ -126,3 +126,15 @@ async def test_a_seeded_producer_knows_the_brokers_the_topic_and_its_coordinator
         assert not client._sync_task.done()
     finally:
         await producer.client.close()
+
+
+async def test_closing_cancels_the_request_in_flight_and_fails_its_callers():
+    asked = Asked()
+    shared = SharedMetadata(asked, max_age=5.0, monotonic=Clock())
+    caller = asyncio.ensure_future(shared.get(TOPIC))
+    await started(caller)
+    await shared.close()
+    assert asked.answer is not None
+    assert asked.answer.cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
