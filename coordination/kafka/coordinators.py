@@ -54,6 +54,7 @@ from coordination.kafka.protocol import (
     parse_init_producer_id,
 )
 from coordination.kafka.seeded import SharedMetadata
+from coordination.kafka.single_flight import SingleFlight
 
 __all__ = ["TransactionCoordinators"]
 
@@ -87,7 +88,7 @@ class TransactionCoordinators:
         self._client: Any = None
         self._start_lock = asyncio.Lock()
         self._nodes: dict[str, int] = {}
-        self._finding: dict[str, asyncio.Future[int]] = {}
+        self._finding: SingleFlight[str, int] = SingleFlight()
         self._metadata = SharedMetadata(self._ask_metadata)
         self._warming: set[asyncio.Task[None]] = set()
 
@@ -138,10 +139,11 @@ class TransactionCoordinators:
         return await self._bounded(ask(), "ApiVersions")
 
     async def close(self) -> None:
-        warming: list[asyncio.Future[Any]] = [*self._warming, *self._finding.values()]
+        warming = list(self._warming)
         for task in warming:
             task.cancel()
-        await asyncio.gather(*warming, self._metadata.close(), return_exceptions=True)
+        await asyncio.gather(*warming, self._finding.close(), self._metadata.close(),
+                             return_exceptions=True)
         client, self._client = self._client, None
         if client is not None:
             await stop_client(client)
@@ -254,19 +256,7 @@ class TransactionCoordinators:
             return node
         # A new role's producer and its resignation's warm-up ask at the same
         # instant: they share one FindCoordinator.
-        finding = self._finding.get(role)
-        if finding is None:
-            finding = asyncio.ensure_future(self._find(client, role))
-            self._finding[role] = finding
-
-            def found(done: asyncio.Future[int]) -> None:
-                self._finding.pop(role, None)
-                if not done.cancelled():
-                    done.exception()  # retrieved: every waiter may have gone
-
-            finding.add_done_callback(found)
-        # Shielded: one caller's cancellation must not cancel the others' lookup.
-        return await asyncio.shield(finding)
+        return await self._finding.do(role, lambda: self._find(client, role))
 
     async def _find(self, client: Any, role: str) -> int:
         try:

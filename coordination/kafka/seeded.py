@@ -39,6 +39,8 @@ from typing import Any
 
 from aiokafka.client import CoordinationType  # type: ignore[import-untyped, unused-ignore]
 
+from coordination.kafka.single_flight import SingleFlight
+
 __all__ = ["METADATA_MAX_AGE", "Seed", "SharedMetadata", "start_seeded"]
 
 METADATA_MAX_AGE = 5.0
@@ -79,8 +81,8 @@ def start_seeded(producer: Any, seed: Seed) -> None:
 
 class SharedMetadata:
     """One Metadata response for a topic, asked at most every `max_age` seconds
-    and shared by every caller in the meantime (concurrent callers wait for
-    the same request)."""
+    and shared by every caller in the meantime (callers while it is asked
+    share the request: `SingleFlight`)."""
 
     def __init__(self, ask: Callable[[Iterable[str]], Awaitable[Any]], *,
                  max_age: float = METADATA_MAX_AGE,
@@ -89,33 +91,18 @@ class SharedMetadata:
         self._max_age = max_age
         self._monotonic = monotonic
         self._answers: dict[str, tuple[float, Any]] = {}
-        self._asking: dict[str, asyncio.Future[Any]] = {}
+        self._asking: SingleFlight[str, Any] = SingleFlight()
 
     async def get(self, topic: str) -> Any:
         """A Metadata response for `topic` at most `max_age` seconds old."""
         held = self._answers.get(topic)
         if held is not None and self._monotonic() - held[0] < self._max_age:
             return held[1]
-        asking = self._asking.get(topic)
-        if asking is None:
-            asking = asyncio.ensure_future(self._fetch(topic))
-            self._asking[topic] = asking
-
-            def asked(done: asyncio.Future[Any]) -> None:
-                self._asking.pop(topic, None)
-                if not done.cancelled():
-                    done.exception()  # retrieved: every waiter may have gone
-
-            asking.add_done_callback(asked)
-        # Shielded: one caller's cancellation must not cancel the others' request.
-        return await asyncio.shield(asking)
+        return await self._asking.do(topic, lambda: self._fetch(topic))
 
     async def close(self) -> None:
-        """Cancel the requests in flight and wait for them to end."""
-        asking = list(self._asking.values())
-        for request in asking:
-            request.cancel()
-        await asyncio.gather(*asking, return_exceptions=True)
+        """Cancel the request in flight, if any; its callers get `CancelledError`."""
+        await self._asking.close()
 
     async def _fetch(self, topic: str) -> Any:
         asked_at = self._monotonic()

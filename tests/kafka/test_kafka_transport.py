@@ -158,6 +158,15 @@ def count_bootstraps(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return bootstraps
 
 
+def without_the_transports_metadata(transport: KafkaTransport,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, `transport` cannot tell a new role producer where the cluster is."""
+    async def unavailable(_topic: str) -> Any:
+        raise KafkaUnavailableError("no metadata")
+
+    monkeypatch.setattr(transport._coordinators, "topic_metadata", unavailable)
+
+
 async def stable_read(transport: KafkaTransport, partition: int) -> PartitionRead:
     """A read once every commit marker is written (stable offset = high watermark)."""
     return await polling.eventually(lambda: transport.read_partition(partition),
@@ -702,6 +711,21 @@ async def closed(producer: Any) -> bool:
     return bool(producer._closed)
 
 
+async def takes_over_with(standby: KafkaTransport, prepared: Any, role: str,
+                          holder: KafkaTransport | None = None,
+                          token: FencingToken | None = None) -> FencingToken:
+    """`standby` acquires `role` with its `prepared` producer: `holder`'s `token`
+    is fenced, and the new token writes and is the role's."""
+    minted = await standby.acquire_epoch(role, LEASE)
+    assert standby._producers[role].producer is prepared
+    if holder is not None and token is not None:
+        with pytest.raises(FencedError):
+            await write_lease(holder, role, token, 0, *lease_record(role, token))
+    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
+    assert (await standby.describe_epoch(role)).token == minted
+    return minted
+
+
 async def test_a_prepared_producer_mints_nothing_and_the_holder_goes_on_writing(
         transports, role):
     holder, standby = await transports(), await transports()
@@ -727,15 +751,12 @@ async def test_acquiring_after_a_preparation_only_starts_the_prepared_producer(
     assert prepared.client.cluster.partitions_for_topic(standby.topic)  # no metadata to wait for
     bootstraps = count_bootstraps(monkeypatch)
     lookups = count_coordinator_lookups(monkeypatch)
-    minted = await standby.acquire_epoch(role, LEASE)
-    assert standby._producers[role].producer is prepared
+    minted = await takes_over_with(standby, prepared, role)
     assert (bootstraps, lookups) == ([], [])
     assert minted.producer_id == token.producer_id
     assert minted.producer_epoch > token.producer_epoch
     with pytest.raises(FencedError):
         await write_lease(holder, role, token, 0, *lease_record(role, token))
-    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
-    assert (await standby.describe_epoch(role)).token == minted
 
 
 async def test_a_prepared_producer_starts_from_the_transports_metadata_and_opens_one_connection(
@@ -755,30 +776,18 @@ async def test_a_prepared_producer_starts_from_the_transports_metadata_and_opens
     second = await prepared_and_ready(standby, other)
     assert second.client not in bootstraps
     assert lookups == [other]  # the transport's client, for the resignation too
-    minted = await standby.acquire_epoch(role, LEASE)
-    assert standby._producers[role].producer is prepared
-    with pytest.raises(FencedError):
-        await write_lease(holder, role, token, 0, *lease_record(role, token))
-    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
-    assert (await standby.describe_epoch(role)).token == minted
+    await takes_over_with(standby, prepared, role, holder, token)
 
 
 async def test_without_the_transports_metadata_a_prepared_producer_bootstraps_itself(
         transports, role, monkeypatch):
     standby = await transports()
-
-    async def unavailable(_topic: str) -> Any:
-        raise KafkaUnavailableError("no metadata")
-
-    monkeypatch.setattr(standby._coordinators, "topic_metadata", unavailable)
+    without_the_transports_metadata(standby, monkeypatch)
     bootstraps = count_bootstraps(monkeypatch)
     await standby.prepare_epoch(role, LEASE, 0)
     prepared = await prepared_and_ready(standby, role)
     assert prepared.client in bootstraps
-    minted = await standby.acquire_epoch(role, LEASE)
-    assert standby._producers[role].producer is prepared
-    await write_lease(standby, role, minted, 0, *lease_record(role, minted))
-    assert (await standby.describe_epoch(role)).token == minted
+    await takes_over_with(standby, prepared, role)
 
 
 async def test_a_preparation_reads_the_declared_outputs_metadata_and_never_asks_for_a_missing_one(
@@ -934,12 +943,7 @@ async def test_a_preparation_discarded_while_it_bootstraps_leaves_no_connection_
         transports, role, monkeypatch):
     standby = await transports()
     await standby._exists(standby.topic)  # the admin client is up: only the preparation's waits
-
-    async def unavailable(_topic: str) -> Any:
-        raise KafkaUnavailableError("no metadata")
-
-    # Without the transport's metadata to start from, the preparation bootstraps.
-    monkeypatch.setattr(standby._coordinators, "topic_metadata", unavailable)
+    without_the_transports_metadata(standby, monkeypatch)  # so the preparation bootstraps
     bootstraps = BootstrapConnections(monkeypatch)
     await standby.prepare_epoch(role, LEASE, 0)  # the preparation starts at the next await
     await bootstraps.opened(standby._prepared._by_role[role].producer.client)

@@ -1,8 +1,10 @@
 """A role producer's client can start from what its transport knows, and the
 transport asks for that knowledge once for many roles.
 
-`SharedMetadata` is driven with a fake request and a hand-moved clock;
-`start_seeded` is applied to a real aiokafka producer that never connects.
+`SharedMetadata` is driven with a fake request and a hand-moved clock (how
+callers at the same time share one request is `SingleFlight`'s, tested on
+its own); `start_seeded` is applied to a real aiokafka producer that never
+connects.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.client import CoordinationType
 from aiokafka.protocol.metadata import MetadataResponse_v1
@@ -48,23 +49,13 @@ async def started(task: asyncio.Task[Any]) -> None:
     assert not task.done()
 
 
-async def test_callers_at_the_same_time_share_one_request():
-    asked = Asked()
-    shared = SharedMetadata(asked, max_age=5.0, monotonic=Clock())
-    callers = [asyncio.ensure_future(shared.get(TOPIC)) for _ in range(3)]
-    await started(callers[0])
-    assert asked.topics == [[TOPIC]]
-    assert asked.answer is not None
-    asked.answer.set_result("answer")
-    assert await asyncio.gather(*callers) == ["answer"] * 3
-
-
 async def test_an_answer_is_reused_until_it_is_max_age_old_then_asked_again():
     asked, clock = Asked(), Clock()
     shared = SharedMetadata(asked, max_age=5.0, monotonic=clock)
     first = asyncio.ensure_future(shared.get(TOPIC))
     await started(first)
     assert asked.answer is not None
+    assert asked.topics == [[TOPIC]]
     asked.answer.set_result("first")
     assert await first == "first"
     clock.now += 4.9
@@ -76,35 +67,6 @@ async def test_an_answer_is_reused_until_it_is_max_age_old_then_asked_again():
     asked.answer.set_result("second")
     assert await again == "second"
     assert len(asked.topics) == 2
-
-
-async def test_a_failed_request_fails_its_callers_and_the_next_call_asks_again():
-    asked = Asked()
-    shared = SharedMetadata(asked, max_age=5.0, monotonic=Clock())
-    failing = asyncio.ensure_future(shared.get(TOPIC))
-    await started(failing)
-    assert asked.answer is not None
-    asked.answer.set_exception(ConnectionError("broker gone"))
-    with pytest.raises(ConnectionError):
-        await failing
-    retry = asyncio.ensure_future(shared.get(TOPIC))
-    await started(retry)
-    asked.answer.set_result("answer")
-    assert await retry == "answer"
-    assert len(asked.topics) == 2
-
-
-async def test_one_caller_cancelled_leaves_the_others_their_answer():
-    asked = Asked()
-    shared = SharedMetadata(asked, max_age=5.0, monotonic=Clock())
-    leaving, staying = (asyncio.ensure_future(shared.get(TOPIC)) for _ in range(2))
-    await started(leaving)
-    leaving.cancel()
-    await asyncio.sleep(0)
-    assert asked.answer is not None
-    asked.answer.set_result("answer")
-    assert await staying == "answer"
-    assert leaving.cancelled()
 
 
 async def test_a_seeded_producer_knows_the_brokers_the_topic_and_its_coordinator_without_asking():
@@ -127,14 +89,3 @@ async def test_a_seeded_producer_knows_the_brokers_the_topic_and_its_coordinator
     finally:
         await producer.client.close()
 
-
-async def test_closing_cancels_the_request_in_flight_and_fails_its_callers():
-    asked = Asked()
-    shared = SharedMetadata(asked, max_age=5.0, monotonic=Clock())
-    caller = asyncio.ensure_future(shared.get(TOPIC))
-    await started(caller)
-    await shared.close()
-    assert asked.answer is not None
-    assert asked.answer.cancelled()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
