@@ -18,7 +18,7 @@ as ``bootstrap()`` and the sender's first lookup would have: the cluster
 metadata of that one response, the topics the client tracks (so its own
 refreshes keep the state topic), the metadata synchronizer task that
 ``bootstrap()`` starts, and the sender's transaction coordinator. The
-producer then opens one connection, to the broker it talks to.
+producer then opens only the connections it talks over.
 
 It is routing only. A leader or coordinator that has moved since is
 answered with NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR, on which aiokafka
