@@ -18,6 +18,7 @@ from aiokafka.protocol.metadata import MetadataResponse_v1
 from aiokafka.structs import TopicPartition
 
 from coordination.kafka.seeded import Seed, SharedMetadata, start_seeded
+from tests.support.loop import run_ready_callbacks
 
 TOPIC = "state"
 
@@ -44,8 +45,7 @@ class Clock:
 
 
 async def started(task: asyncio.Task[Any]) -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await run_ready_callbacks()
     assert not task.done()
 
 

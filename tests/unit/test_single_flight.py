@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from coordination.kafka.single_flight import SingleFlight
+from tests.support.loop import run_ready_callbacks
 
 
 class Call:
@@ -28,8 +29,7 @@ async def in_flight(flight: SingleFlight[str, Any], call: Call, callers: int = 1
                     ) -> list[asyncio.Future[Any]]:
     """`callers` callers of key "k", once the call is made and waiting."""
     asking = [asyncio.ensure_future(flight.do("k", call)) for _ in range(callers)]
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await run_ready_callbacks()
     assert call.outcome is not None
     assert not any(caller.done() for caller in asking)
     return asking
@@ -39,7 +39,11 @@ async def test_callers_of_one_key_at_the_same_time_share_one_call():
     flight: SingleFlight[str, Any] = SingleFlight()
     call = Call()
     callers = await in_flight(flight, call, callers=3)
-    other = asyncio.ensure_future(flight.do("other", lambda: asyncio.sleep(0, "other")))
+    assert call.made == 1
+    async def answered_at_once() -> str:
+        return "other"
+
+    other = asyncio.ensure_future(flight.do("other", answered_at_once))
     call.outcome.set_result("answer")
     assert await asyncio.gather(*callers) == ["answer"] * 3
     assert await other == "other"
@@ -76,7 +80,7 @@ async def test_one_caller_cancelled_leaves_the_call_and_the_others_their_outcome
     call = Call()
     leaving, staying = await in_flight(flight, call, callers=2)
     leaving.cancel()
-    await asyncio.sleep(0)
+    await run_ready_callbacks()
     assert not call.outcome.cancelled()
     call.outcome.set_result("answer")
     assert await staying == "answer"
