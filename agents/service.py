@@ -20,12 +20,12 @@ candidates stand anyway: the roles do not depend on Faust's group.
 Under ``balanced`` placement it also runs the worker's rebalancing
 (`agents.rebalancing`), and stops it before the runners.
 
-It also freezes the heap (`coordination.heap`) every 30 s while the roles
-this worker leads only grow, and settles it in full once one was let go and
-the roles led stayed the same for 30 s, so the garbage collector's full
-collections, which stop the event loop and with it the renewals, walk only
-what is new since. The worker owns its process, so it may; the library does
-not do this on its own.
+It also freezes the heap (`coordination.heap`) while the roles this worker
+leads only grow (after every middle collection, and at each look every 30
+s), and settles it in full once one was let go and the roles led stayed the
+same for 30 s, so the garbage collector's collections, which stop the event
+loop and with it the renewals, walk only what is new since. The worker owns
+its process, so it may; the library does not do this on its own.
 
 The transport connects in the background and is retried: a broker that is
 down at start-up delays the candidates, it does not crash the worker (the

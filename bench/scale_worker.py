@@ -213,10 +213,12 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
          # After a plateau, until the last role taken, not until the plateau ended.
          seconds=(last_taken[0] if pending else time.monotonic()) - started)
     # The held roles have stopped changing: freeze what is new since the last
-    # freeze (the roles only grew), before the hold window, so the window
-    # measures renewals on a settled heap.
+    # freeze (the roles only grew), before the hold window, and leave the
+    # collector as CPython runs it, so the window measures renewals on a
+    # settled heap.
     began = time.perf_counter()
     frozen = settler.step()
+    settler.close()
     emit("settled", frozen=frozen, pause_ms=round((time.perf_counter() - began) * 1000, 1))
     if args.settle_quiet > 0:
         # The renewals that came due while the settle stopped the loop are late:

@@ -2,13 +2,21 @@
 only what is new, a full settle also frees what was frozen and has died since."""
 
 import asyncio
+import contextlib
 import gc
 import weakref
+from collections.abc import AsyncIterator
 
 import pytest
 
 from coordination import ManualClock
-from coordination.heap import OLDEST_THRESHOLD, HeapSettler, freeze_new, settle_heap
+from coordination.heap import (
+    OLDEST_THRESHOLD,
+    HeapSettler,
+    HeapState,
+    freeze_new,
+    settle_heap,
+)
 from tests.support.loop import run_ready_callbacks
 
 
@@ -96,6 +104,19 @@ class Held:
         return 0
 
 
+@contextlib.asynccontextmanager
+async def running(settler: HeapSettler) -> AsyncIterator[None]:
+    """`settler.run()` for the block, stopped after it: a settler left running
+    would keep its collector hook for the rest of the test session."""
+    task = asyncio.create_task(settler.run())
+    await run_ready_callbacks()
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def elapse(clock: ManualClock, ms: int) -> None:
     await run_ready_callbacks()
     clock.advance_ms(ms)
@@ -105,9 +126,7 @@ async def elapse(clock: ManualClock, ms: int) -> None:
 async def test_while_the_held_roles_only_grow_the_heap_is_frozen_each_quiet_period():
     clock = ManualClock()
     held = Held(clock)
-    task = asyncio.create_task(held.settler.run())
-    await run_ready_callbacks()
-    try:
+    async with running(held.settler):
         held.roles.add("a")
         await elapse(clock, 1_000)
         held.roles.add("b")
@@ -115,16 +134,13 @@ async def test_while_the_held_roles_only_grow_the_heap_is_frozen_each_quiet_peri
         assert held.done == [("freeze", frozenset({"a"})), ("freeze", frozenset({"a", "b"}))]
         await elapse(clock, 5_000)
         assert len(held.done) == 2, "acted again with nothing changed"
-    finally:
-        task.cancel()
 
 
 async def test_a_role_let_go_settles_in_full_once_the_held_roles_stop_changing():
     clock = ManualClock()
     held = Held(clock)
     held.roles.update({"a", "b"})
-    task = asyncio.create_task(held.settler.run())
-    try:
+    async with running(held.settler):
         await elapse(clock, 1_000)
         held.roles.discard("a")
         await elapse(clock, 1_000)
@@ -137,8 +153,6 @@ async def test_a_role_let_go_settles_in_full_once_the_held_roles_stop_changing()
         held.roles.add("d")
         await elapse(clock, 1_000)
         assert held.done[2:] == [("freeze", frozenset({"b", "c", "d"}))]
-    finally:
-        task.cancel()
 
 
 async def test_what_is_held_but_not_a_set_settles_in_full_once_it_stops_changing():
@@ -148,17 +162,74 @@ async def test_what_is_held_but_not_a_set_settles_in_full_once_it_stops_changing
     settler = HeapSettler(lambda: count[0], quiet_ms=1_000, clock=clock,
                           settle=lambda: settles.append(count[0]) or 0,
                           freeze=lambda: pytest.fail("froze on a value that is not a set"))
-    task = asyncio.create_task(settler.run())
-    await run_ready_callbacks()
-    try:
+    async with running(settler):
         await elapse(clock, 1_000)
         count[0] = 2
         await elapse(clock, 1_000)
         assert settles == []
         await elapse(clock, 1_000)
         assert settles == [2]
-    finally:
-        task.cancel()
+
+
+def survives_a_middle_collection() -> weakref.ref[Cycle]:
+    """A cycle that is garbage once a middle collection has run: frozen by
+    then, it is still alive after a collection of every generation."""
+    cycle = Cycle()
+    gc.collect(1)
+    alive = weakref.ref(cycle)
+    del cycle
+    gc.collect()
+    return alive
+
+
+async def test_while_the_held_roles_grow_what_survives_a_middle_collection_is_frozen():
+    settle_heap()
+    clock = ManualClock()
+    held = Held(clock)
+    async with running(held.settler):
+        assert held.settler.state is HeapState.GROWING
+        assert survives_a_middle_collection()() is not None, \
+            "a middle collection while growing did not freeze its survivors"
+        held.roles.add("a")
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.GROWING
+        assert survives_a_middle_collection()() is not None
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.STEADY
+        assert survives_a_middle_collection()() is None, \
+            "froze after a middle collection once the roles stopped growing"
+    settle_heap()  # frees the cycles frozen above
+
+
+async def test_a_settler_that_stops_leaves_the_collector_as_it_found_it():
+    clock = ManualClock()
+    held = Held(clock)
+    hooks = list(gc.callbacks)
+    task = asyncio.create_task(held.settler.run())
+    await run_ready_callbacks()
+    assert len(gc.callbacks) == len(hooks) + 1
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert gc.callbacks == hooks
+    assert held.settler.state is HeapState.STEADY
+
+
+async def test_a_role_let_go_stops_the_freezing_until_the_roles_grow_again():
+    clock = ManualClock()
+    held = Held(clock)
+    held.roles.update({"a", "b"})
+    async with running(held.settler):
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.GROWING
+        held.roles.discard("a")
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.CHANGED
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.STEADY
+        assert held.done[-1] == ("settle", frozenset({"b"}))
+        held.roles.add("c")
+        await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.GROWING
 
 
 def test_a_settler_needs_a_positive_quiet_time():
