@@ -48,7 +48,7 @@ typecheck: venv
 # Side by side with etcd and ZooKeeper (docs/benchmarks.md): the bench's Python
 # clients, the peers' Debian packages (as root), then the run. BENCH_ARGS: the
 # figures and options of `python -m bench` (for example `all --trials 30 --json
-# bench/results/latest.json --keep`); the latest full run of docs/benchmarks.md took 43 minutes.
+# bench/results/latest.json --keep`); the latest full run of docs/benchmarks.md took 40 minutes.
 BENCH_ARGS ?= all
 bench: venv kafka-jars peers $(VENV)/.bench-installed
 	$(PY) -m bench $(BENCH_ARGS)
