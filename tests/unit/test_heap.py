@@ -142,17 +142,21 @@ async def test_a_role_let_go_settles_in_full_once_the_held_roles_stop_changing()
     held.roles.update({"a", "b"})
     async with running(held.settler):
         await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.GROWING
         held.roles.discard("a")
         await elapse(clock, 1_000)
+        assert held.settler.state is HeapState.CHANGED
         held.roles.add("c")
         await elapse(clock, 1_000)
         assert held.done == [("freeze", frozenset({"a", "b"}))], \
             "settled while the roles were still changing"
         await elapse(clock, 1_000)
         assert held.done[1:] == [("settle", frozenset({"b", "c"}))]
+        assert held.settler.state is HeapState.STEADY
         held.roles.add("d")
         await elapse(clock, 1_000)
         assert held.done[2:] == [("freeze", frozenset({"b", "c", "d"}))]
+        assert held.settler.state is HeapState.GROWING
 
 
 async def test_what_is_held_but_not_a_set_settles_in_full_once_it_stops_changing():
@@ -212,24 +216,6 @@ async def test_a_settler_that_stops_leaves_the_collector_as_it_found_it():
     await asyncio.gather(task, return_exceptions=True)
     assert gc.callbacks == hooks
     assert held.settler.state is HeapState.STEADY
-
-
-async def test_a_role_let_go_stops_the_freezing_until_the_roles_grow_again():
-    clock = ManualClock()
-    held = Held(clock)
-    held.roles.update({"a", "b"})
-    async with running(held.settler):
-        await elapse(clock, 1_000)
-        assert held.settler.state is HeapState.GROWING
-        held.roles.discard("a")
-        await elapse(clock, 1_000)
-        assert held.settler.state is HeapState.CHANGED
-        await elapse(clock, 1_000)
-        assert held.settler.state is HeapState.STEADY
-        assert held.done[-1] == ("settle", frozenset({"b"}))
-        held.roles.add("c")
-        await elapse(clock, 1_000)
-        assert held.settler.state is HeapState.GROWING
 
 
 def test_a_settler_needs_a_positive_quiet_time():
