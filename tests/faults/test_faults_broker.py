@@ -25,6 +25,7 @@ fixed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -42,7 +43,12 @@ import pytest
 
 from coordination import (
     EpochLostError,
+    LeaderRunner,
+    Leadership,
+    LeadershipOptions,
     Lease,
+    RunnerObserver,
+    RunnerState,
     decode_lease,
     encode_key,
     encode_lease,
@@ -67,6 +73,7 @@ MARGIN_MS = 1000  # min(5 s, lease / 3): the leader stops trusting its lease thi
 RENEW_MS = 1000
 SCHEDULING_MS = 1500  # how late a process on a loaded machine may notice its deadline
 NETWORK = ipaddress.ip_network("10.213.0.0/16")
+OUTAGE = 60.0  # seconds the broker stays away in the runner's outage test
 BROKER_STOP_SIGNALS = os.environ.get("FAULT_BROKER_STOP", "KILL").split(",")
 
 
@@ -536,3 +543,56 @@ async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_a
             assert time.monotonic() - started < 1
         finally:
             broker.kill("CONT")
+
+
+async def test_a_runner_campaigns_through_a_minute_without_the_broker_and_leads_when_it_returns(
+        broker):
+    """The broker crashes (SIGKILL) under a leading runner and stays down for a
+    minute: the tenure ends at its fence deadline, the runner keeps campaigning
+    and backing off the whole time (its task never ends), and leads again once
+    the broker is back. The same over ten hours runs on the in-process model
+    (tests/unit/test_runner_ownership.py)."""
+    state, _ = await create_state_and_output_topics(broker.bootstrap, 4)
+    role = f"fault.role-{uuid.uuid4().hex[:8]}"
+    failures: list[BaseException] = []
+    running = asyncio.Event()
+    stopped = asyncio.Event()
+
+    class Failures(RunnerObserver):
+        def campaign_failed(self, role: str, error: BaseException) -> None:
+            failures.append(error)
+
+    async def work(_leadership: Leadership) -> None:
+        stopped.clear()
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            running.clear()
+            stopped.set()
+
+    options = LeadershipOptions(partitions=4, lease_duration=TIMING.lease,
+                                renew_interval=TIMING.renew, challenge_stagger=TIMING.stagger)
+    async with KafkaTransport(broker.bootstrap, topic=state) as transport:
+        runner = LeaderRunner(transport, role, "a", work, options=options, observer=Failures(),
+                              retry_interval=0.5, max_backoff=5.0)
+        task = runner.start()
+        try:
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            broker.kill("KILL")
+            down_at = time.monotonic()
+            await asyncio.wait_for(stopped.wait(), TIMING.lease + SCHEDULING_MS / 1000)
+            # The outage itself: the broker stays down for a minute.
+            await asyncio.sleep(OUTAGE - (time.monotonic() - down_at))
+            assert not task.done()
+            assert runner.state in (RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF)
+            assert len(failures) >= 3, failures
+            broker.start()
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            assert runner.leading
+        finally:
+            broker.start()
+            await runner.stop()
+    print(f"\nbroker outage of {OUTAGE:.0f} s: {len(failures)} campaigns failed; the runner "
+          f"led again {time.monotonic() - down_at - OUTAGE:.1f} s after the broker's restart "
+          "began")
