@@ -39,7 +39,10 @@ in none: ``IllegalOperation("Can't send messages while not in
 transaction")`` crashes the buffer and a worker stopped with SIGTERM exits
 1 (seen in a rolling restart: a worker stopped just as its recovery ended).
 So the commit flushes the buffer first, outside the transaction locks that
-each buffered send takes. And it waits for the writes under way: the
+each buffered send takes, and a flush that cannot finish within
+`FLUSH_SECONDS` fails the commit (`UnflushedWritesError`): the offsets are
+never committed ahead of their table writes, and the worker's crash leaves
+the partition's uncommitted records to be folded again. And it waits for the writes under way: the
 buffer's sending task takes a write off its queue and then awaits the send,
 and Faust's count of buffered writes (``ProducerBuffer.size``) no longer
 includes it, so a flush that went by the count alone let the commit go
@@ -59,7 +62,8 @@ older than its committed offsets, and the records between are never folded
 again (seen on the local broker: a term-mode standby took a partition over
 without the holder's heartbeats and the next term's claim). So
 ``Producer.flush`` drains the buffer as the transactional commit does,
-before it waits for the client's own sends.
+before it waits for the client's own sends, and fails the commit as that one
+does when the buffer cannot be drained.
 
 2c. A table write made after the final commit. The consumer's final commit
 (``commit_and_end_transactions``, from its ``on_stop``) can come while an
@@ -302,12 +306,25 @@ from app.faust_internals import FAUST
 
 __all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
            "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "RecoveryQueue",
-           "SendsUnderWay", "apply", "no_fetch_backoff", "short_long_poll"]
+           "SendsUnderWay", "UnflushedWritesError", "apply", "no_fetch_backoff", "short_long_poll"]
 
 log = logging.getLogger("app.faust_patches")
 
 _APPLIED = "_krabka_patched"
 FLUSH_SECONDS = 5.0
+"""The longest a commit waits for the producer buffer's table writes to be sent."""
+
+
+class UnflushedWritesError(RuntimeError):
+    """A commit's flush could not send the producer buffer's table writes in time:
+    the commit fails rather than commit offsets ahead of their writes."""
+
+    def __init__(self, buffered: int, sending: int) -> None:
+        super().__init__(f"{buffered} table writes still buffered and {sending} being sent "
+                         f"after {FLUSH_SECONDS:g} s: the commit fails rather than commit "
+                         "offsets ahead of them")
+        self.buffered = buffered
+        self.sending = sending
 
 
 async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]:
@@ -412,6 +429,10 @@ async def _flush_buffer(buffer: Any) -> None:
     ``ProducerBuffer.flush`` gives up after 0.1 s without a send, so it is
     repeated while messages remain, for at most `FLUSH_SECONDS`; a buffer
     that is not running sends nothing (Faust's own flush would raise).
+    Every caller commits offsets next, and an offset committed ahead of its
+    event's table write loses the write if the worker dies before the next
+    commit: so writes still buffered or being sent at the deadline raise
+    `UnflushedWritesError`, and the commit fails instead.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FLUSH_SECONDS
@@ -419,16 +440,14 @@ async def _flush_buffer(buffer: Any) -> None:
     while (buffer.size or under_way.count) and buffer.state == "running":
         left = deadline - loop.time()
         if left <= 0:
-            log.warning("%d table writes still buffered and %d being sent at a commit; they "
-                        "join the next transaction", buffer.size, under_way.count)
-            return
+            raise UnflushedWritesError(buffer.size, under_way.count)
         if buffer.size:
             await buffer.flush()
         else:
             try:
                 await asyncio.wait_for(under_way.idle(), left)
             except TimeoutError:
-                continue  # the deadline's warning, above
+                continue  # the deadline's error, above
 
 
 _original_flush = faust_aiokafka.Producer.flush

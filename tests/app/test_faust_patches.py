@@ -381,6 +381,64 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
     assert log == ["take table write", "send table write", "send offsets", "commit"]
 
 
+@pytest.mark.parametrize("writes_queued", [0, 2])
+async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_its_offsets(
+    monkeypatch, writes_queued,
+):
+    """A commit that went ahead of a write it could not send committed the offset of
+    the write's event: a crash before the next commit lost the write for good."""
+    faust_patches.apply()
+    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    log = _Log()
+    gate = asyncio.Event()  # the send under way never ends while the commit waits
+    buffer, producer = _transactional(log)
+    await buffer.start()
+    try:
+        for _ in range(1 + writes_queued):
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
+        await _until(lambda: "take table write" in log, within=5)
+        with pytest.raises(faust_patches.UnflushedWritesError) as failed:
+            await asyncio.wait_for(faust_patches._commit_transactions(
+                producer, {"tid": {}}, "group"), 5)
+    finally:
+        gate.set()
+        # Faust's buffer refuses to stop with writes in its queue.
+        await _until(lambda: log.count("send table write") == 1 + writes_queued, within=5)
+        await buffer.stop()
+    assert (failed.value.buffered, failed.value.sending) == (writes_queued, 1)
+    assert "send offsets" not in log
+    assert "commit" not in log
+
+
+async def test_an_at_least_once_flush_that_cannot_send_the_table_writes_fails_the_commit(
+    monkeypatch,
+):
+    faust_patches.apply()
+    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    log = _Log()
+    gate = asyncio.Event()
+    buffer = _buffer()
+    client_flushed = []
+
+    async def original_flush(self) -> None:
+        client_flushed.append(True)
+
+    monkeypatch.setattr(faust_patches, "_original_flush", original_flush)
+    producer = types.SimpleNamespace(buffer=buffer)
+    await buffer.start()
+    try:
+        buffer.put(types.SimpleNamespace(
+            message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
+        with pytest.raises(faust_patches.UnflushedWritesError):
+            await asyncio.wait_for(faust_patches._flush(producer), 5)
+    finally:
+        gate.set()
+        await buffer.stop()
+    # Faust commits the offsets only once the flush has returned.
+    assert client_flushed == []
+
+
 class _OverlappingProducer(_TransactionProducer):
     """A partition's producer whose EndTxn answers only once every partition of
     the commit has sent its own: a commit that ends one transaction before it
