@@ -290,6 +290,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from importlib import metadata
 from typing import Any, TypeVar
 
 import faust
@@ -302,7 +303,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 
 __all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
            "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "RecoveryQueue",
@@ -836,18 +837,21 @@ def apply() -> None:
     thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
     thread._fetch_records = _fetch_records  # type: ignore[method-assign]
     Sender._find_coordinator = _find_coordinator  # type: ignore[method-assign]
-    _patch_recovery(faust.__version__)
+    _patch_recovery(faust.__version__, metadata.version(MODE.distribution))
     setattr(thread, _APPLIED, True)
 
 
-def _patch_recovery(version: str) -> bool:
-    """Install the recovery fix if `version` (faust-streaming's) is one it was checked on."""
-    if not FAUST.covers(version):
-        log.warning("faust-streaming %s: the recovery patches are for %s only and are not "
-                    "installed; check whether Recovery._restart_recovery still swallows "
-                    "RebalanceAgain, and _slurp_changelogs still waits two 5 s polls and "
-                    "ends a partition at the consumer's position (docs/upstream-faust.md)",
-                    version, FAUST.requirement)
+def _patch_recovery(version: str, mode_version: str) -> bool:
+    """Install the recovery fix if `version` (faust-streaming's) and `mode_version`
+    (mode-streaming's) are the ones it was checked on."""
+    if not (FAUST.covers(version) and MODE.covers(mode_version)):
+        log.warning("faust-streaming %s with mode-streaming %s: the recovery patches are for "
+                    "%s with %s only and are not installed; check whether "
+                    "Recovery._restart_recovery still swallows RebalanceAgain, "
+                    "_slurp_changelogs still waits two 5 s polls and ends a partition at the "
+                    "consumer's position, and FlowControlEvent.resume still empties the "
+                    "queues of an active flow (docs/upstream-faust.md)",
+                    version, mode_version, FAUST.requirement, MODE.requirement)
         return False
     faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
     faust_tables_manager.TableManager.on_start = _table_manager_on_start  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from app import faust_patches
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 
 RebalanceAgain = faust_recovery.RebalanceAgain
 
@@ -122,13 +122,15 @@ def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch
     monkeypatch.setattr(faust_tables_manager.TableManager, "on_start",
                         faust_patches._original_table_manager_on_start)
     assert not FAUST.covers("0.99.0")
-    assert not faust_patches._patch_recovery("0.99.0")
+    assert not MODE.covers("0.99.0")
+    assert not faust_patches._patch_recovery("0.99.0", "0.7.1")
+    assert not faust_patches._patch_recovery("0.15.3", "0.99.0")
     assert faust_recovery.Recovery._wait is original
     assert (faust_tables_manager.TableManager.on_start
             is faust_patches._original_table_manager_on_start)
     assert faust_tables_manager.TableManager.changelog_queue is original_queue
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._original_position
-    assert faust_patches._patch_recovery("0.15.3")
+    assert faust_patches._patch_recovery("0.15.3", "0.7.1")
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
