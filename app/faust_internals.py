@@ -86,7 +86,10 @@ INTERNALS: tuple[str, ...] = (
     # No record of a paused partition fetched while no partition is active (patch 14).
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
     "aiokafka.consumer.fetcher:Fetcher.fetched_records",
-    # A connection lost during FindCoordinator is retried (patch 8).
+    # A connection lost during FindCoordinator is retried by the worker's Faust
+    # producers, whose aiokafka clients and their senders are subclasses (patch 8).
+    "faust.transport.drivers.aiokafka:Producer._producer_type",
+    "aiokafka.producer.producer:AIOKafkaProducer._sender",
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.producer.sender:Sender._retry_backoff",
     # The fold's committed offsets, for its lag in GET /ready (app.health).

@@ -1,5 +1,5 @@
 """Patches for eleven faust-streaming 0.15.3 bugs, five of its slow paths and one
-aiokafka 0.14 bug, applied
+aiokafka 0.14 bug (in the worker's Faust producers only), applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -164,10 +164,13 @@ that closes in the middle of the request (a broker restarting) as a plain
 send again, Faust's next commit raises, the consumer crashes and the worker
 exits. Seen in ``tests/app/test_app_ready_broker.py``: the worker crashed
 just after its broker came back. The lookup is now retried as aiokafka
-retries a node not ready: a metadata update, the retry backoff, and again.
-It is installed on aiokafka's ``Sender``, so it holds for every producer of
-the worker's process, the coordination's role producers included (the
-library itself patches nothing globally).
+retries a node not ready: a metadata update, the retry backoff, and again,
+at most `COORDINATOR_RETRIES` times, after which the error propagates as
+before. Only the worker's Faust producers do so: Faust's aiokafka
+``Producer`` builds its clients as a `WorkerProducer`, whose sender is a
+`CoordinatorRetrySender`. aiokafka's own ``Sender`` is left as it is, and so
+are the producers of the coordination library, which the worker runs
+beside Faust's and which retry on their own terms.
 
 9. Every other request of the consumer thread queued behind a 1.5 s long
 poll. Faust creates its worker consumer with ``fetch_max_wait_ms=1500``, a
@@ -294,6 +297,7 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import faust
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
 from aiokafka.producer.sender import Sender
 from faust.tables import manager as faust_tables_manager
@@ -305,9 +309,10 @@ from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from app.faust_internals import FAUST, MODE
 
-__all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
-           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "RecoveryQueue",
-           "SendsUnderWay", "UnflushedWritesError", "apply", "no_fetch_backoff", "short_long_poll"]
+__all__ = ["COORDINATOR_RETRIES", "FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
+           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "CoordinatorRetrySender",
+           "RecoveryQueue", "SendsUnderWay", "UnflushedWritesError", "WorkerProducer", "apply",
+           "no_fetch_backoff", "short_long_poll"]
 
 log = logging.getLogger("app.faust_patches")
 
@@ -547,20 +552,45 @@ async def _fetch_records(self: Any, consumer: Any, active_partitions: Any,
                                          max_records=max_records)
 
 
-_original_find_coordinator = Sender._find_coordinator
+COORDINATOR_RETRIES = 10
+"""How many times a worker's Faust producer looks its coordinator up again after
+the connection was lost during the lookup, before the error propagates (patch 8)."""
 
 
-async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str) -> Any:
-    """aiokafka's ``Sender._find_coordinator``, retrying a connection lost during
-    the lookup (patch 8)."""
-    while True:
-        try:
-            return await _original_find_coordinator(self, coordinator_type, coordinator_key)
-        except KafkaError as exc:
-            if not isinstance(exc.__cause__, KafkaConnectionError):
-                raise
-        await self.client.force_metadata_update()
-        await asyncio.sleep(self._retry_backoff)
+class CoordinatorRetrySender(Sender):
+    """aiokafka's ``Sender``, whose coordinator lookup is retried after a connection
+    lost during it, at most `COORDINATOR_RETRIES` times (patch 8)."""
+
+    async def _find_coordinator(self, coordinator_type: Any, coordinator_key: str) -> Any:
+        retries = 0
+        while True:
+            try:
+                return await super()._find_coordinator(coordinator_type, coordinator_key)
+            except KafkaError as exc:
+                if (not isinstance(exc.__cause__, KafkaConnectionError)
+                        or retries == COORDINATOR_RETRIES):
+                    raise
+            retries += 1
+            await self.client.force_metadata_update()
+            await asyncio.sleep(self._retry_backoff)
+
+
+class WorkerProducer(AIOKafkaProducer):
+    """The aiokafka producer Faust's aiokafka ``Producer`` builds in the worker: its
+    sender is a `CoordinatorRetrySender` (patch 8).
+
+    aiokafka builds the sender in ``AIOKafkaProducer.__init__`` by its module's
+    name for ``Sender``, so the built one is made the subclass, which adds
+    behaviour only, no state."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._sender.__class__ = CoordinatorRetrySender
+
+
+def _producer_type(self: Any) -> type[AIOKafkaProducer]:
+    """``Producer._producer_type``: the client class Faust's producer builds (patch 8)."""
+    return WorkerProducer
 
 
 _original_on_rebalance = faust_consumer.TransactionManager.on_rebalance
@@ -836,7 +866,7 @@ def apply() -> None:
     faust_consumer.TransactionManager.on_rebalance = _on_rebalance  # type: ignore[method-assign]
     thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
     thread._fetch_records = _fetch_records  # type: ignore[method-assign]
-    Sender._find_coordinator = _find_coordinator  # type: ignore[method-assign]
+    faust_aiokafka.Producer._producer_type = property(_producer_type)  # type: ignore[method-assign,assignment]
     _patch_recovery(faust.__version__, metadata.version(MODE.distribution))
     setattr(thread, _APPLIED, True)
 
