@@ -361,7 +361,7 @@ def install(ctx: Context) -> None:
     @app.agent(ctx.state_topic, name="coordination-fold")
     async def fold_agent(stream: Any) -> None:
         async for events in stream.take_events(FOLD_BATCH, FOLD_WITHIN):
-            await until_applied(ctx, functools.partial(apply_batch, ctx, events),
+            await until_applied(ctx, functools.partial(apply_batch, ctx, events), events,
                                 _batch_place(events))
 
     if ctx.terms_topic is not None:
@@ -371,7 +371,7 @@ def install(ctx: Context) -> None:
             async for event in stream.events():
                 message = event.message
                 await until_applied(ctx, functools.partial(apply_terms_record, ctx, message),
-                                    f"terms partition {message.partition} offset "
+                                    [event], f"terms partition {message.partition} offset "
                                     f"{message.offset}")
 
     @app.agent(ctx.ticks_topic, name="coordination-ticks")
@@ -398,9 +398,10 @@ def install(ctx: Context) -> None:
             await app.producer.send(topic, None, payload, partition, None, None)
 
 
-async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]], place: str) -> None:
-    """Run `apply` (`apply_batch` or `apply_terms_record` on the events an agent
-    holds) until it has stored what it folds.
+async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]],
+                        events: Sequence[EventT], place: str) -> None:
+    """Run `apply` (`apply_batch` or `apply_terms_record` on `events`, the events
+    an agent holds) until it has stored what it folds.
 
     A `STORE_ERRORS` failure is logged and the same events are folded again
     `FOLD_RETRY_MS` later, for as long as the agent runs: Faust acks them only
@@ -410,6 +411,11 @@ async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]], plac
     events), so the next one finds the stored part a replay; an event whose
     send failed after the broker took it is repeated, at the same role, kind
     and offset. Any other error is a bug and propagates.
+
+    Once a rebalance has come since the events were fetched, they are given
+    up: Faust skips the events of an earlier consumer generation itself (their
+    partitions' producers may be gone), and their partitions' owners now read
+    them from the committed offsets, which never passed them.
     """
     while True:
         try:
@@ -419,6 +425,11 @@ async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]], plac
             log.error("folding %s: storing its events or values failed (%r); folding it "
                       "again in %d ms", place, exc, FOLD_RETRY_MS)
         await ctx.clock.sleep_until_monotonic(ctx.clock.monotonic_ms() + FOLD_RETRY_MS)
+        generation = ctx.app.consumer_generation_id
+        if any(event.message.generation_id != generation for event in events):
+            log.warning("folding %s given up: a rebalance came since it was fetched, and "
+                        "its partitions' owners fold it from their committed offsets", place)
+            return
 
 
 def _batch_place(events: Sequence[EventT]) -> str:

@@ -233,8 +233,9 @@ def term_ctx(events_topic: Delivered):
 
 async def fold_terms_as_the_agent_does(ctx, records: list) -> None:
     for record in records:
-        apply = functools.partial(apply_terms_record, ctx, state_event(record, HOME).message)
-        task = asyncio.ensure_future(until_applied(ctx, apply, "the record"))
+        event = state_event(record, HOME)
+        apply = functools.partial(apply_terms_record, ctx, event.message)
+        task = asyncio.ensure_future(until_applied(ctx, apply, [event], "the record"))
         for _ in range(10):
             await run_ready_callbacks()
             if task.done():

@@ -149,9 +149,10 @@ class FailingOnce(Published):
         await super().send(key=key, value=value, partition=partition)
 
 
-async def applied(ctx, apply) -> None:
-    """Run the agent's `until_applied` of `apply`, moving the clock past each wait."""
-    task = asyncio.ensure_future(until_applied(ctx, apply, "the batch"))
+async def applied(ctx, batch) -> None:
+    """Fold `batch` as the agent does (`until_applied`), moving the clock past each wait."""
+    apply = functools.partial(apply_batch, ctx, batch)
+    task = asyncio.ensure_future(until_applied(ctx, apply, batch, "the batch"))
     for _ in range(10):
         await run_ready_callbacks()
         if task.done():
@@ -180,11 +181,11 @@ async def test_an_event_send_that_fails_once_folds_the_batch_again_and_tells_the
     batch = interleaved(histories)
     expected = make_ctx()
     expected.tables.role_state, expected.events_topic = Written(), Published()
-    await applied(expected, functools.partial(apply_batch, expected, batch))
+    await applied(expected, batch)
 
     ctx = make_ctx()
     ctx.tables.role_state, ctx.events_topic = Written(), FailingOnce("elected", error)
-    await applied(ctx, functools.partial(apply_batch, ctx, batch))
+    await applied(ctx, batch)
 
     assert ctx.events_topic.error is None  # it did fail once
     assert story(ctx.events_topic.values) == story(expected.events_topic.values)
@@ -205,7 +206,7 @@ async def test_an_error_that_is_not_a_failed_store_is_raised_at_once():
         raise AttributeError("a bug")
 
     with pytest.raises(AttributeError):
-        await until_applied(ctx, buggy, "the batch")
+        await until_applied(ctx, buggy, [], "the batch")
     assert attempts == [1]
 
 
@@ -217,7 +218,8 @@ async def test_the_agent_keeps_folding_again_while_the_events_cannot_be_stored()
         attempts.append(ctx.clock.monotonic_ms())
         raise KafkaTimeoutError()
 
-    task = asyncio.ensure_future(until_applied(ctx, unreachable, "the batch"))
+    batch = interleaved(histories_in_two_partitions())
+    task = asyncio.ensure_future(until_applied(ctx, unreachable, batch, "the batch"))
     try:
         for _ in range(3):
             await run_ready_callbacks()
@@ -229,3 +231,28 @@ async def test_the_agent_keeps_folding_again_while_the_events_cannot_be_stored()
     finally:
         task.cancel()
         await asyncio.wait({task})
+
+
+async def test_events_fetched_before_a_rebalance_are_given_up_after_a_failed_store(caplog):
+    """Their partitions may have gone to another worker (with the producers their
+    events would be sent through); the owners read them from the committed offsets."""
+    ctx = make_ctx()
+    attempts = []
+
+    async def unreachable() -> None:
+        attempts.append(1)
+        raise KafkaTimeoutError()
+
+    batch = interleaved(histories_in_two_partitions())
+    task = asyncio.ensure_future(until_applied(ctx, unreachable, batch, "the batch"))
+    try:
+        await run_ready_callbacks()
+        ctx.app.consumer_generation_id += 1  # a rebalance while the fold waits
+        ctx.clock.advance_ms(FOLD_RETRY_MS)
+        await run_ready_callbacks()
+        assert task.done()
+        assert task.result() is None
+    finally:
+        task.cancel()
+    assert attempts == [1]
+    assert "given up: a rebalance came since it was fetched" in caplog.text
