@@ -196,15 +196,15 @@ async def _fold_record(ctx: Context, event: EventT,
         log.warning("partition %d offset %d skipped: %s", partition, record.offset,
                     result.why.reason)
         return
-    role, current_value, value, changes = result
+    value, current_value = result.value, result.before
     if value is None or value is current_value:
         return
-    await _publish(ctx, changes)
-    folded[role.encode("utf-8")] = (value, event)
+    await _publish(ctx, result.events)
+    folded[result.role.encode("utf-8")] = (value, event)
     _warn_if_out_of_order(value, current_value)
     if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
         ctx.metrics.skip(partition, "malformed")
-        log.warning("%s: partition %d offset %d skipped: %s", role, partition,
+        log.warning("%s: partition %d offset %d skipped: %s", result.role, partition,
                     record.offset, value.state.errors[-1][1])
 
 
@@ -217,12 +217,19 @@ class _Skipped:
     value: PartitionValue | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Folded:
+    """A record folded into its role's value, nothing of it stored or sent yet."""
+
+    role: str
+    before: RoleValue | None
+    value: RoleValue | None
+    events: list[LeadershipEvent]
+
+
 def _fold_pure(ctx: Context, record: Record, partition: int,
-               folded: dict[bytes, tuple[RoleValue, EventT]]
-               ) -> _Skipped | tuple[str, RoleValue | None, RoleValue | None,
-                                     list[LeadershipEvent]]:
-    """What folding `record` makes, without storing or sending anything: the
-    role, its value before and after and the events, or the record's skip."""
+               folded: dict[bytes, tuple[RoleValue, EventT]]) -> _Skipped | _Folded:
+    """What folding `record` makes, without storing or sending anything."""
     key = route(record, partition, ctx.partitions)
     if isinstance(key, Unattributed):
         raw = ctx.tables.partition_state.get(partition_key(partition))
@@ -237,7 +244,7 @@ def _fold_pure(ctx: Context, record: Record, partition: int,
     value, changes = fold(current_value, record, partition, ctx.partitions,
                           placement=options.placement,
                           challenge_stagger=options.challenge_stagger)
-    return key.role, current_value, value, changes
+    return _Folded(key.role, current_value, value, changes)
 
 
 async def apply_terms_record(ctx: Context, message: Any) -> None:

@@ -5,6 +5,7 @@ in the store and changelog partition of the current event)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 
 import faust.streams
@@ -16,6 +17,7 @@ from faust.exceptions import ProducerSendError
 import agents.fold
 from agents.fold import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.folding import fold
+from coordination import Record
 from tables import role_state
 from tests.app.test_app_tick import PARTITIONS, leased, make_ctx, roles_by_partition
 from tests.support.faust_events import state_event
@@ -256,3 +258,19 @@ async def test_events_fetched_before_a_rebalance_are_given_up_after_a_failed_sto
         task.cancel()
     assert attempts == [1]
     assert "given up: a rebalance came since it was fetched" in caplog.text
+
+
+async def test_a_record_no_role_owns_is_counted_once_when_its_batch_is_folded_again():
+    (partition, roles), *_ = roles_by_partition(1).items()
+    unowned = Record(0, b"\xff not a key", b"", NOW)
+    records = [unowned, *(dataclasses.replace(record, offset=record.offset + 1)
+                          for record in leased(roles[0], NOW + 10_000, NOW + 20_000))]
+    ctx = make_ctx()
+    ctx.tables.role_state = Written()
+    ctx.events_topic = FailingOnce("elected", KafkaTimeoutError())
+    await applied(ctx, [state_event(record, partition) for record in records])
+    assert ctx.events_topic.error is None  # the batch was folded twice
+    skipped = ctx.metrics.registry.get_sample_value(
+        "coordination_skipped_records_total",
+        {"partition": str(partition), "reason": "undecodable-key"})
+    assert skipped == 1
