@@ -14,7 +14,7 @@ landed or after an interval (docs/design.md#rebalancing).
   when the plan matters. The library's `describe_roles` gives every hosted
   role's state once, and `watch_roles` (read-only: it registers nothing)
   keeps it current; both fold with the election's own rule
-  (docs/decisions.md).
+  (docs/decisions/0027-rebalancing-in-the-worker.md).
 - **The live members** (`live_members`) are the workers of the Faust
   consumer group (the partition owners the web view routes by; Kafka's
   group coordinator drops a dead one after the session timeout) whose web

@@ -27,7 +27,8 @@ already has, a clean handover (docs/design.md#rebalancing):
   the first seconds its claim of a handed role waits behind hundreds of
   others. Handed a role then, it leaves it vacant for longer than a stagger
   and the next in order challenges too, superseding it (seen on the real
-  broker, four members of 300 roles in one process, docs/decisions.md). A
+  broker, four members of 300 roles in one process,
+  docs/decisions/0042-a-joiner-is-handed-roles-only-once-its.md). A
   registration must therefore have stood for the settle time, by its record
   timestamp, before its member is handed a role. The plan lists such a
   handover as deferred, with the registration's age, so a plan that makes
