@@ -7,8 +7,13 @@ a running group gets nothing until a failover, and a hash split is only
 binomially even. Rebalancing evens it out with the one move the protocol
 already has, a clean handover (docs/design.md#rebalancing):
 
-- The **fair share** is ``ceil(roles / live members)``, the roles being
-  those this member sees (every member of a group hosts the same roles).
+- The **fair share** is ``ceil(roles / live members)``, and the roles each
+  member holds are counted, over the roles **every live member hosts**
+  (is registered for). Members may host different roles (a rolling deploy,
+  a canary that adds roles); counted over the roles each member hosts, two
+  members would disagree on the counts and hand one role back and forth.
+  Over the shared roles every live member counts the same, and a role
+  hosted by only some of them is left where the election put it.
 - A member holding more than its fair share hands over surplus roles, **one
   at a time**: it plans again once the last handover has **landed** (the
   role leased by another member, in the states it plans from), or one
@@ -21,7 +26,11 @@ already has, a clean handover (docs/design.md#rebalancing):
   handover is a resignation; no rule of the election changes. It is done only
   when the successor is live, has been registered for the role for at least
   `Rebalancer.settle` (the **settle** rule, below), and holds fewer roles
-  than its fair share, so moves never overshoot and never oscillate.
+  than its fair share. That is the **hysteresis**: a role moves only from
+  over the fair share to under it, so each move narrows the gap between the
+  two by two and takes neither across the fair share; a member at the fair
+  share neither gives nor takes. Members that agree on the counts therefore
+  stop after at most as many moves as they held roles over the fair share.
 - A member that has just registered is still standing up: a worker that
   joins registers for all its roles at once and reads each of them, so for
   the first seconds its claim of a handed role waits behind hundreds of
@@ -85,16 +94,19 @@ class Move:
 class Plan:
     """One member's rebalancing decision at `at_ms`.
 
-    `held` counts the live leases of each live member among the `roles`
-    seen; `moves` are the handovers this member would make, first first
-    (`Rebalancer` enacts only the first, then plans again); `deferred` the
-    ones it would make but for the settle rule (the successor registered
-    too recently), so a plan without moves says whether it is waiting.
+    `roles` is how many roles every live member hosts, of the `hosted` this
+    member hosts; `held` counts the live leases of each live member among
+    those `roles`, and the fair share is theirs too; `moves` are the
+    handovers this member would make, first first (`Rebalancer` enacts only
+    the first, then plans again); `deferred` the ones it would make but for
+    the settle rule (the successor registered too recently), so a plan
+    without moves says whether it is waiting.
     """
 
     member: str
     at_ms: int
     roles: int
+    hosted: int
     members: tuple[str, ...]
     fair_share: int
     held: Mapping[str, int]
@@ -104,7 +116,8 @@ class Plan:
     def to_json(self) -> dict[str, object]:
         """The plan as the web view and the API show it."""
         return {"member": self.member, "at": self.at_ms, "roles": self.roles,
-                "members": list(self.members), "fair_share": self.fair_share,
+                "hosted": self.hosted, "members": list(self.members),
+                "fair_share": self.fair_share,
                 "held": dict(sorted(self.held.items())),
                 "moves": [_move_json(m) for m in self.moves],
                 "deferred": [_move_json(m) for m in self.deferred]}
@@ -123,22 +136,28 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
          now_ms: int, *, settle_ms: int = 0) -> Plan:
     """What `member` should hand over now to even out the balanced roles in `states`.
 
-    `live` names the members known to be running (`member` counts as live
-    whatever it says). A successor whose registration for the role is
-    younger than `settle_ms` (by its record timestamp) is not handed it yet.
-    Roles are considered in name order, so two members planning from one
-    state agree on what each would move.
+    `states` are the roles `member` hosts; `live` names the members known to
+    be running (`member` counts as live whatever it says). Only the roles
+    every live member is registered for are planned over (`Plan.roles`).
+    A successor whose registration for the role is younger than `settle_ms`
+    (by its record timestamp) is not handed it yet. Roles are considered in
+    name order, so two members planning from one state agree on what each
+    would move.
     """
     members = tuple(sorted(set(live) | {member}))
+    others = set(members) - {member}
+    registered = {role: {entry.member for entry in state.entries}
+                  for role, state in states.items()}
+    shared = sorted(role for role in states if others <= registered[role])
     holders = {role: _holder(state, now_ms) for role, state in states.items()}
-    held = Counter(holder for holder in holders.values() if holder in members)
+    held = Counter(holders[role] for role in shared if holders[role] in members)
     counts = {name: held.get(name, 0) for name in members}
-    fair = math.ceil(len(states) / len(members)) if states else 0
+    fair = math.ceil(len(shared) / len(members)) if shared else 0
     surplus = counts[member] - fair
     moves: list[Move] = []
     deferred: list[Move] = []
     taking = Counter[str]()
-    for role in sorted(states):
+    for role in shared:
         if len(moves) >= surplus:
             break
         if holders[role] != member:
@@ -149,11 +168,13 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
         if not order:
             continue
         taker = order[0]
+        # The hysteresis: the giver is over the fair share and the taker under
+        # it, so the move narrows the gap between them and crosses it for neither.
         if counts[taker] + taking[taker] >= fair:
             continue
-        reason = (f"{member} holds {counts[member]} of {len(states)} roles, over the fair "
-                  f"share of {fair} among {len(members)} live members; {taker}, which holds "
-                  f"{counts[taker]}, is the role's successor")
+        reason = (f"{member} holds {counts[member]} of the {len(shared)} roles every live "
+                  f"member hosts, over the fair share of {fair} among {len(members)} live "
+                  f"members; {taker}, which holds {counts[taker]}, is the role's successor")
         age = min((now_ms - entry.timestamp for entry in entries if entry.member == taker),
                   default=settle_ms)
         if age < settle_ms:  # still standing up: hand it over once it has settled
@@ -164,7 +185,7 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
             continue
         taking[taker] += 1
         moves.append(Move(role, member, taker, reason))
-    return Plan(member, now_ms, len(states), members, fair, counts, tuple(moves),
+    return Plan(member, now_ms, len(shared), len(states), members, fair, counts, tuple(moves),
                 tuple(deferred))
 
 
