@@ -37,10 +37,14 @@ already has, a clean handover (docs/design.md#rebalancing):
   others. Handed a role then, it leaves it vacant for longer than a stagger
   and the next in order challenges too, superseding it (seen on the real
   broker, four members of 300 roles in one process, docs/decisions.md). A
-  registration must therefore have stood for the settle time, by its record
-  timestamp, before its member is handed a role. The plan lists such a
-  handover as deferred, with the registration's age, so a plan that makes
-  no move says whether it is waiting.
+  registration must therefore have stood for the settle time before its
+  member is handed a role. The time is measured on the planning member's
+  monotonic clock, from the first plan that saw the registration, not from
+  the record's timestamp: that is the registering member's wall clock, and
+  a member whose clock runs ahead would wait as long again as its skew (one
+  behind would be handed roles at once). The plan lists such a handover as
+  deferred, with how long the registration has been known, so a plan that
+  makes no move says whether it is waiting.
 - The runner's clean stop does the rest: the function stops first, then the
   role is resigned (the registration kept), and the successor takes it within
   its election round trip; a successor that died meanwhile leaves the role to
@@ -133,14 +137,17 @@ def _holder(state: RoleState, now_ms: int) -> str | None:
 
 
 def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
-         now_ms: int, *, settle_ms: int = 0) -> Plan:
+         now_ms: int, *, settle_ms: int = 0,
+         known_ms: Mapping[tuple[str, str], int] | None = None) -> Plan:
     """What `member` should hand over now to even out the balanced roles in `states`.
 
     `states` are the roles `member` hosts; `live` names the members known to
     be running (`member` counts as live whatever it says). Only the roles
     every live member is registered for are planned over (`Plan.roles`).
-    A successor whose registration for the role is younger than `settle_ms`
-    (by its record timestamp) is not handed it yet. Roles are considered in
+    A successor whose registration for the role `member` has known for less
+    than `settle_ms` is not handed it yet: `known_ms` gives, by (role,
+    member), how long `member` has known each registration, on its own
+    clock; one it does not list counts as just seen. Roles are considered in
     name order, so two members planning from one state agree on what each
     would move.
     """
@@ -154,6 +161,7 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
     counts = {name: held.get(name, 0) for name in members}
     fair = math.ceil(len(shared) / len(members)) if shared else 0
     surplus = counts[member] - fair
+    known = known_ms or {}
     moves: list[Move] = []
     deferred: list[Move] = []
     taking = Counter[str]()
@@ -175,13 +183,12 @@ def plan(states: Mapping[str, RoleState], member: str, live: Collection[str],
         reason = (f"{member} holds {counts[member]} of the {len(shared)} roles every live "
                   f"member hosts, over the fair share of {fair} among {len(members)} live "
                   f"members; {taker}, which holds {counts[taker]}, is the role's successor")
-        age = min((now_ms - entry.timestamp for entry in entries if entry.member == taker),
-                  default=settle_ms)
+        age = known.get((role, taker), 0)
         if age < settle_ms:  # still standing up: hand it over once it has settled
             if len(deferred) < surplus:  # what a plan shows of its waiting, not all of it
                 deferred.append(Move(role, member, taker, (
-                    f"{reason}, registered {age} ms ago, under the settle time of "
-                    f"{settle_ms} ms")))
+                    f"{reason}, its registration known for {age} ms, under the settle time "
+                    f"of {settle_ms} ms")))
             continue
         taking[taker] += 1
         moves.append(Move(role, member, taker, reason))
@@ -201,11 +208,12 @@ class Rebalancer:
     last plan. Choose an interval longer than the challenge stagger, so that
     a handover whose successor died has landed on the next in order before
     the next plan counts it. A successor is handed a role only once its
-    registration for it is `settle` seconds old
-    (`plan`'s `settle_ms`; one interval unless given): a member that joined
-    with many roles needs that long to stand for all of them, a few seconds
-    for 300 roles on a 2-core machine. `moves` keeps the latest handovers
-    made, newest last.
+    registration for it has been known for `settle` seconds (`plan`'s
+    `settle_ms`; one interval unless given), on `clock`'s monotonic time from
+    the first plan that saw it (a registration written again, a new record,
+    is new): a member that joined with many roles needs that long to stand
+    for all of them, a few seconds for 300 roles on a 2-core machine.
+    `moves` keeps the latest handovers made, newest last.
     """
 
     member: str
@@ -219,13 +227,18 @@ class Rebalancer:
     moves: list[Move] = field(default_factory=list)
     in_flight: Move | None = field(default=None, init=False)
     """The handover the last plan made, until `next_turn` begins to wait for it."""
+    seen: dict[tuple[str, str, int], int] = field(default_factory=dict, init=False)
+    """When a plan first saw each registration, by (role, member, offset), in
+    monotonic ms; only those in the last plan's states."""
 
     def step(self) -> Move | None:
         """Plan once and hand over the first planned role this member leads."""
         now = self.clock.now_ms()
-        decided = plan(self.states(), self.member, self.live(), now,
+        states = self.states()
+        decided = plan(states, self.member, self.live(), now,
                        settle_ms=round((self.interval if self.settle is None
-                                        else self.settle) * 1000))
+                                        else self.settle) * 1000),
+                       known_ms=self._known(states))
         self.last_plan = decided
         for move in decided.moves:
             runner = self.runners.get(move.role)
@@ -239,6 +252,15 @@ class Rebalancer:
                      move.reason)
             return made
         return None
+
+    def _known(self, states: Mapping[str, RoleState]) -> dict[tuple[str, str], int]:
+        """How long each registration in `states` has been known, by (role, member)."""
+        now = self.clock.monotonic_ms()
+        seen = {(role, entry.member, entry.offset): now
+                for role, state in states.items() for entry in state.entries}
+        seen.update((key, at) for key, at in self.seen.items() if key in seen)
+        self.seen = seen
+        return {(role, member): now - at for (role, member, _), at in seen.items()}
 
     def _landed(self, move: Move) -> bool:
         """Whether `move` is done: another member leases its role."""

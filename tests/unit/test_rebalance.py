@@ -70,17 +70,21 @@ def test_a_successor_that_is_not_live_or_not_registered_gets_nothing():
     assert plan(states, "a", {"a", "b"}, NOW).moves == ()  # b is live but not registered
 
 
-def test_a_successor_registered_less_than_the_settle_time_ago_gets_nothing_until_then():
+def test_a_successor_whose_registration_is_known_for_less_than_the_settle_time_waits():
     roster = ["a", "b"]
-    states = {f"r{i}": state(f"r{i}", "a", roster, registered={"b": NOW - 400})
-              for i in range(4)}
-    waiting = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000)
+    states = {f"r{i}": state(f"r{i}", "a", roster) for i in range(4)}
+    known = {(role, "b"): 400 for role in states}
+    waiting = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000, known_ms=known)
     assert waiting.moves == ()
     # The plan says what it waits for: a plan without moves is not a balanced group.
     assert [(move.role, move.taker) for move in waiting.deferred] == [("r0", "b"), ("r1", "b")]
-    assert "registered 400 ms ago, under the settle time of 1000 ms" in waiting.deferred[0].reason
+    assert ("its registration known for 400 ms, under the settle time of 1000 ms"
+            in waiting.deferred[0].reason)
     assert [m["to"] for m in waiting.to_json()["deferred"]] == ["b", "b"]
-    settled = plan(states, "a", {"a", "b"}, NOW + 600, settle_ms=1000)
+    # A registration the caller does not list is one just seen.
+    assert plan(states, "a", {"a", "b"}, NOW, settle_ms=1000).moves == ()
+    known = {(role, "b"): 1000 for role in states}
+    settled = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000, known_ms=known)
     assert [move.taker for move in settled.moves] == ["b", "b"]
     assert settled.deferred == ()
 
@@ -170,6 +174,46 @@ async def advance(clock: ManualClock, ms: int) -> None:
     for _ in range(ms // poll):
         clock.advance_ms(poll)
         await run_ready_callbacks()
+
+
+def registration_skew_case(skew_ms: int
+                           ) -> tuple[Rebalancer, dict[str, RoleState], ManualClock]:
+    """Member a holds both roles; b has just registered for them, its wall clock
+    `skew_ms` ahead of a's (the record's timestamp is b's); a settles in 1 s."""
+    clock = ManualClock(start_ms=NOW)
+    states = {role: state(role, "a", ["a", "b"], registered={"b": NOW + skew_ms})
+              for role in ("role-0", "role-1")}
+    runners = {role: FakeRunner() for role in states}
+    rebalancer = Rebalancer("a", runners, lambda: states, lambda: {"a", "b"}, clock,
+                            interval=10, settle=1)  # type: ignore[arg-type]
+    return rebalancer, states, clock
+
+
+def test_the_settle_time_runs_on_the_planner_s_clock_whatever_the_taker_s_says():
+    for skew_ms in (10 * 60_000, -10 * 60_000):  # b's clock 10 minutes ahead, or behind
+        rebalancer, _, clock = registration_skew_case(skew_ms)
+        assert rebalancer.step() is None, "a registration just seen has not settled"
+        assert rebalancer.last_plan is not None
+        assert rebalancer.last_plan.deferred[0].taker == "b"
+        clock.advance_ms(999)
+        assert rebalancer.step() is None
+        clock.advance_ms(1)
+        made = rebalancer.step()
+        assert made is not None, f"b's clock {skew_ms} ms off: known for 1 s, settled"
+        assert made.taker == "b"
+
+
+def test_a_registration_written_again_settles_again():
+    rebalancer, states, clock = registration_skew_case(0)
+    rebalancer.step()
+    clock.advance_ms(1000)
+    for role, old in list(states.items()):
+        entries = [RosterEntry(e.member, e.offset + 10, e.registered_at, e.timestamp)
+                   if e.member == "b" else e for e in old.entries]
+        states[role] = RoleState(role, entries=entries, lease=old.lease)
+    assert rebalancer.step() is None, "b registered anew: it is standing up again"
+    clock.advance_ms(1000)
+    assert rebalancer.step() is not None
 
 
 async def test_the_next_plan_comes_as_soon_as_the_handover_has_landed():
