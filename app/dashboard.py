@@ -347,7 +347,8 @@ function renderRebalance() {
     li.textContent = w.member + " at " + clock(w.plan.at) + ": fair share " +
       w.plan.fair_share + " of the " + w.plan.roles + " roles every live worker hosts (" +
       w.plan.hosted + " hosted here); held: " + held + "; " +
-      w.plan.moves.length + " to hand over";
+      w.plan.moves.length + " to hand over" +
+      (w.plan.standing.length ? "; standing up: " + w.plan.standing.join(", ") : "");
     return li;
   }));
   $("moves").replaceChildren(...[...rebalance.moves].reverse()

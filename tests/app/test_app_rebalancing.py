@@ -329,7 +329,7 @@ async def test_rebalance_shows_each_worker_s_plan_and_the_handovers_of_all(serve
     assert local == {
         "member": "a", "enabled": True, "off": None, "interval": INTERVAL,
         "plan": {"member": "a", "at": 2000, "roles": 0, "hosted": 0, "members": ["a", "b"],
-                 "fair_share": 0, "held": {"a": 0, "b": 0}, "moves": [], "deferred": []},
+                 "fair_share": 0, "held": {"a": 0, "b": 0}, "moves": [], "standing": []},
         "moves": [{"role": "role-a", "from": "a", "to": "z", "reason": "over the fair share",
                    "at": 2000}],
     }
