@@ -354,13 +354,14 @@ class LeaderRunner:
             raise
         finally:
             stopping.cancel()
-        leadership = await self._settle_campaign(acquiring)
-        if leadership is not None and self._stop.is_set():
-            await self._resign(leadership, deregister=self._deregister_on_stop)
+        if self._stop.is_set():
+            # A tenure won in the same instant as the stop is handed back.
+            await through_cancellation(asyncio.ensure_future(self._abandon(acquiring)))
             return None
-        return leadership
+        return await self._settle_campaign(acquiring)  # done: it does not wait
 
     async def _abandon(self, acquiring: asyncio.Future[Leadership]) -> None:
+        """Stop the campaign; resign a tenure it won. Run it through a cancellation."""
         won = await self._settle_campaign(acquiring)
         if won is not None:
             await self._resign(won, deregister=self._deregister_on_stop)
@@ -374,7 +375,7 @@ class LeaderRunner:
         """
         if not acquiring.done():
             acquiring.cancel()
-            await asyncio.shield(asyncio.wait({acquiring}))
+            await asyncio.wait({acquiring})
         if acquiring.cancelled():
             return None
         exc = acquiring.exception()
