@@ -14,15 +14,12 @@ landed or after an interval (docs/design.md#rebalancing).
   when the plan matters. The library's `describe_roles` gives every hosted
   role's state once, and `watch_roles` (read-only: it registers nothing)
   keeps it current; both fold with the election's own rule
-<<<<<<< HEAD
-  (docs/decisions/0027-rebalancing-in-the-worker.md).
-=======
-  (docs/decisions.md). A failure that may pass (a `TransportError`: the
-  broker unreachable) is retried, backing off from `RETRY` to `RETRY_MAX`
-  seconds; anything else is a bug, which retrying cannot mend: it is
-  logged as an error and ends the rebalancing (the runners go on), as a
-  bug ends a `LeaderRunner`.
->>>>>>> rebal
+  (docs/decisions/0027-rebalancing-in-the-worker.md). A failure that may
+  pass (a `TransportError`: the broker unreachable) is retried, backing off
+  from `RETRY` to `RETRY_MAX` seconds; anything else is a bug, which
+  retrying cannot mend: it is logged as an error and ends the rebalancing
+  (the runners go on), as a bug ends a `LeaderRunner`
+  (docs/decisions/0072-rebalancing-over-shared-roles.md).
 - **The live members** (`live_members`) are the workers of the Faust
   consumer group (the partition owners the web view routes by; Kafka's
   group coordinator drops a dead one after the session timeout) whose web

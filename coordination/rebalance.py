@@ -36,15 +36,8 @@ already has, a clean handover (docs/design.md#rebalancing):
   for the first seconds its claim of a handed role waits behind hundreds of
   others. Handed a role then, it leaves it vacant for longer than a stagger
   and the next in order challenges too, superseding it (seen on the real
-<<<<<<< HEAD
   broker, four members of 300 roles in one process,
-  docs/decisions/0042-a-joiner-is-handed-roles-only-once-its.md). A
-  registration must therefore have stood for the settle time, by its record
-  timestamp, before its member is handed a role. The plan lists such a
-  handover as deferred, with the registration's age, so a plan that makes
-  no move says whether it is waiting.
-=======
-  broker, four members of 300 roles in one process, docs/decisions.md).
+  docs/decisions/0042-a-joiner-is-handed-roles-only-once-its.md).
   Counted while it registers, it would also shrink the roles every live
   member hosts to the few it has registered for yet, and the others would
   even those out among themselves. So a live member counts only once every
@@ -57,7 +50,6 @@ already has, a clean handover (docs/design.md#rebalancing):
   whose clock runs ahead would wait as long again as its skew (one behind
   would be counted at once). A registration written again (a member stands
   again after each handover) keeps its time.
->>>>>>> rebal
 - The runner's clean stop does the rest: the function stops first, then the
   role is resigned (the registration kept), and the successor takes it within
   its election round trip; a successor that died meanwhile leaves the role to
