@@ -470,6 +470,10 @@ class LeaderRunner:
             # when its next write or renewal is refused, at the latest at its
             # fence deadline. Two functions must never run at once.
             await self.clock.sleep_until(until)
+        # In term mode, once this term's barriers are on every declared output
+        # partition: an older term's record then precedes the function's start
+        # or is dropped by every TermFilter. At once in epoch mode.
+        await leadership.ready()
         self.running = True
         try:
             await self.fn(leadership)
