@@ -358,6 +358,14 @@ class LeaderRunner:
         if leadership is not None and self._stop.is_set():
             await self._resign(leadership, deregister=self._deregister_on_stop)
             return None
+        if leadership is not None and leadership.fenced():
+            # A win whose tenure is already over (its fence deadline passed on
+            # the way here) is no tenure to run a function in: handed back,
+            # and the runner campaigns again as after a failed campaign.
+            log.warning("%s: %s won %s past its fence deadline; handing it back", self.role,
+                        self.member, leadership.token)
+            await self._resign(leadership, deregister=False)
+            return None
         return leadership
 
     async def _abandon(self, acquiring: asyncio.Future[Leadership]) -> None:

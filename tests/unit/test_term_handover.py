@@ -253,3 +253,164 @@ async def test_a_barrier_that_cannot_be_written_ends_the_tenure_before_any_funct
     assert starts.started == {}
     assert isinstance(observer_fenced[0].err, TransportError)
     assert "barriers of term 1" in str(observer_fenced[0].err)
+
+
+# A win whose tenure is already over.
+
+
+async def test_a_claim_answered_after_its_fence_deadline_is_resigned_and_the_member_claims_again():
+    cluster = term_cluster()
+    slow = LateProducer(cluster.broker, "a", Landings(), claim_ms=FENCE_DEADLINE_MS + 500,
+                        slow_claims=1)
+    task = asyncio.ensure_future(acquire_leadership(slow, ROLE, "a", options=TERM,
+                                                    clock=cluster.clock))
+    await cluster.until(task.done, within=LEASE * 2)
+    leadership = task.result()
+    assert isinstance(leadership, TermLeadership)
+    assert leadership.token == TermToken(2)
+    assert not leadership.fenced()
+    assert terms_view(cluster).winner(1).member == "a"
+    assert resigns(cluster) == [("a", 1)]
+    await leadership.resign()
+
+
+async def test_a_runner_whose_claim_is_answered_late_runs_no_function_in_that_term_and_leads():
+    cluster = term_cluster()
+    slow = LateProducer(cluster.broker, "a", Landings(), claim_ms=FENCE_DEADLINE_MS + 500,
+                        slow_claims=1)
+    elected: list[int] = []
+
+    class Elected(RunnerObserver):
+        def elected(self, role: str, leadership: Leadership) -> None:
+            elected.append(leadership.token.term)
+
+    starts = Starts(cluster)
+    leader = runner(cluster, slow, "a", starts.function("a"), observer=Elected())
+    try:
+        leader.start()
+        await cluster.until(lambda: "a" in starts.started, within=LEASE * 4)
+    finally:
+        await cluster.stop_runners(leader)
+    assert elected == [2]
+    assert starts.started["a"][0] == 2
+
+
+async def test_a_runner_handed_a_win_already_past_its_fence_deadline_reports_no_election(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """However the campaign's answer reaches the runner late, a tenure that is
+    over is handed back unreported, and the runner campaigns again."""
+    cluster = term_cluster()
+    import coordination.runner as runner_module
+    real_acquire = runner_module.acquire_leadership
+    late = [True]
+
+    async def acquire_then_stall(*args, **kwargs) -> Leadership:
+        leadership = await real_acquire(*args, **kwargs)
+        if late[0]:
+            late[0] = False
+            cluster.clock.advance_ms(FENCE_DEADLINE_MS)
+        return leadership
+
+    monkeypatch.setattr(runner_module, "acquire_leadership", acquire_then_stall)
+    elected: list[int] = []
+
+    class Elected(RunnerObserver):
+        def elected(self, role: str, leadership: Leadership) -> None:
+            elected.append(leadership.token.term)
+
+    starts = Starts(cluster)
+    leader = runner(cluster, cluster.transport(), "a", starts.function("a"),
+                    observer=Elected())
+    try:
+        leader.start()
+        await cluster.until(lambda: "a" in starts.started, within=LEASE * 4)
+    finally:
+        await cluster.stop_runners(leader)
+    assert elected == [2]
+    assert terms_view(cluster).winner(1).member == "a"
+
+
+# A claim whose answer is in flight when its campaign stops.
+
+
+async def test_a_runner_stopped_while_its_claim_is_in_flight_gives_the_claim_back():
+    cluster = term_cluster()
+    slow = LateProducer(cluster.broker, "a", Landings(), claim_ms=200, slow_claims=1)
+    starts = Starts(cluster)
+    claimant = runner(cluster, slow, "a", starts.function("a"))
+    standby = runner(cluster, cluster.transport(), "b", starts.function("b"))
+    try:
+        claimant.start()
+        await cluster.until(lambda: slow.in_flight, within=LEASE)
+        standby.start()
+        await cluster.settle()
+        stopping = asyncio.ensure_future(claimant.stop())
+        stopped_at = cluster.clock.monotonic_ms()
+        await cluster.until(lambda: "b" in starts.started, within=LEASE)
+        assert cluster.clock.monotonic_ms() - stopped_at < TERM.lease_ms / 2
+        await cluster.until(stopping.done, within=LEASE)
+    finally:
+        await cluster.stop_runners(claimant, standby)
+    assert "a" not in starts.started
+    view = terms_view(cluster)
+    assert view.winner(1).member == "a"
+    assert view.winner(2).member == "b"
+    assert ("a", 1) in resigns(cluster)
+
+
+async def test_a_cancelled_acquisition_whose_claim_is_in_flight_gives_the_claim_back():
+    cluster = term_cluster()
+    slow = LateProducer(cluster.broker, "a", Landings(), claim_ms=200, slow_claims=1)
+    task = asyncio.ensure_future(acquire_leadership(slow, ROLE, "a", options=TERM,
+                                                    clock=cluster.clock))
+    standby = asyncio.ensure_future(acquire_leadership(cluster.transport(), ROLE, "b",
+                                                       options=TERM, clock=cluster.clock))
+    await cluster.until(lambda: slow.in_flight, within=LEASE)
+    task.cancel()
+    cancelled_at = cluster.clock.monotonic_ms()
+    await cluster.until(task.done, within=LEASE)
+    assert task.cancelled()
+    assert terms_view(cluster).winner(1).member == "a"
+    assert resigns(cluster) == [("a", 1)]
+    await cluster.until(standby.done, within=LEASE)
+    assert cluster.clock.monotonic_ms() - cancelled_at < TERM.lease_ms / 2
+    leadership = standby.result()
+    assert leadership.token == TermToken(2)
+    await leadership.resign()
+
+
+class LostAnswer(LateProducer):
+    """A client whose first claim reaches the broker, but whose answer is lost:
+    the append fails with a `TransportError` as a timed-out request does."""
+
+    def __init__(self, broker: MemoryBroker, member: str) -> None:
+        super().__init__(broker, member, Landings())
+        self.answered_claims = 0
+
+    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+        offset = await super().append_term(partition, key, value)
+        if decode_term_key(key).kind == TermKind.CLAIM:
+            self.answered_claims += 1
+            if self.answered_claims == 1:
+                raise TransportError("no acknowledgement within the request timeout")
+        return offset
+
+
+async def test_a_claim_whose_answer_was_lost_is_found_on_the_partition_and_given_back():
+    cluster = term_cluster()
+    lossy = LostAnswer(cluster.broker, "a")
+    task = asyncio.ensure_future(acquire_leadership(lossy, ROLE, "a", options=TERM,
+                                                    clock=cluster.clock))
+    standby = asyncio.ensure_future(acquire_leadership(cluster.transport(), ROLE, "b",
+                                                       options=TERM, clock=cluster.clock))
+    await cluster.until(task.done, within=LEASE)
+    with pytest.raises(TransportError, match="no acknowledgement"):
+        task.result()
+    failed_at = cluster.clock.monotonic_ms()
+    assert terms_view(cluster).winner(1).member == "a"
+    assert resigns(cluster) == [("a", 1)]
+    await cluster.until(standby.done, within=LEASE)
+    assert cluster.clock.monotonic_ms() - failed_at < TERM.lease_ms / 2
+    leadership = standby.result()
+    assert leadership.token == TermToken(2)
+    await leadership.resign()
