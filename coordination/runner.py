@@ -14,6 +14,11 @@ see the role free. When the tenure ends on its own (a fence, a lost
 producer, the fence deadline) the function is cancelled at once; the broker
 has already refused, or will refuse, its guarded writes.
 
+The function starts once the tenure is ready (`Leadership.ready`: in term
+mode, once the term's barriers are on every declared output partition), and
+a campaign that returns a tenure already past its fence deadline is handed
+back unreported, as a failed campaign.
+
 States (`RunnerState`): IDLE until started; CAMPAIGNING while waiting for
 the role; LEADING while the function runs; HANDING_OVER while it is being
 stopped and the role resigned; AWAITING_FUNCTION while a function that
