@@ -241,6 +241,7 @@ class _Candidate:
         began = False
         try:
             sent_mono = self.clock.monotonic_ms()
+            fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
             granted = self.clock.now_ms()
             lease = Lease(self.member, token.producer_id, token.producer_epoch, granted,
                           granted + self.options.lease_ms)
@@ -264,11 +265,20 @@ class _Candidate:
                 # asyncio would drop the returned Leadership: hand it back now.
                 raise asyncio.CancelledError
         except BaseException:
-            fence_deadline = sent_mono + self.options.lease_ms - self.options.margin_ms
             await hand_back(self.transport, self.role, token, self.partition,
                              self.options.lease_duration, tombstone=began,
                              retire_epoch=self.clock.monotonic_ms() < fence_deadline)
             raise
+        if self.clock.monotonic_ms() >= fence_deadline:
+            # Committed, but answered after the lease's own fence deadline: the
+            # tenure would be over before it began. Handed back (the tombstone
+            # lets the next in rank go at once), and this member stands again.
+            log.warning("%s: %s committed its first lease under %s %d ms after sending it, "
+                        "past its fence deadline; handing it back and standing again",
+                        self.role, self.member, token, self.clock.monotonic_ms() - sent_mono)
+            await hand_back(self.transport, self.role, token, self.partition,
+                            self.options.lease_duration, tombstone=True, retire_epoch=False)
+            return None
         self.losses = 0
         log.info("%s: %s leads with token %s, tenure %d", self.role, self.member, token, tenure)
         leadership = EpochLeadership(self.transport, self.role, self.member, self.partition, token,

@@ -146,6 +146,7 @@ class EpochLeadership(Leadership):
         self._transport = transport
         self._key = encode_key(lease_key(role))
         self._renewal_due = False
+        self._mark_ready()
         self._start_tasks()
 
     @contextlib.asynccontextmanager

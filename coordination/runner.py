@@ -14,6 +14,11 @@ see the role free. When the tenure ends on its own (a fence, a lost
 producer, the fence deadline) the function is cancelled at once; the broker
 has already refused, or will refuse, its guarded writes.
 
+The function starts once the tenure is ready (`Leadership.ready`: in term
+mode, once the term's barriers are on every declared output partition), and
+a campaign that returns a tenure already past its fence deadline is handed
+back unreported, as a failed campaign.
+
 States (`RunnerState`): IDLE until started; CAMPAIGNING while waiting for
 the role; LEADING while the function runs; HANDING_OVER while it is being
 stopped and the role resigned; AWAITING_FUNCTION while a function that
@@ -368,7 +373,17 @@ class LeaderRunner:
             # A tenure won in the same instant as the stop is handed back.
             await through_cancellation(asyncio.ensure_future(self._abandon(acquiring)))
             return None
-        return await self._settle_campaign(acquiring)  # done: it does not wait
+        leadership = await self._settle_campaign(acquiring)  # done: it does not wait
+        if leadership is not None and leadership.fenced():
+            # A win whose tenure is already over (its fence deadline passed on
+            # the way here) is no tenure to run a function in: handed back,
+            # and the runner campaigns again as after a failed campaign.
+            log.warning("%s: %s won %s past its fence deadline; handing it back", self.role,
+                        self.member, leadership.token)
+            await through_cancellation(asyncio.ensure_future(
+                self._resign(leadership, deregister=False)))
+            return None
+        return leadership
 
     async def _abandon(self, acquiring: asyncio.Future[Leadership]) -> None:
         """Stop the campaign; resign a tenure it won. Run it through a cancellation."""
@@ -488,6 +503,10 @@ class LeaderRunner:
             # when its next write or renewal is refused, at the latest at its
             # fence deadline. Two functions must never run at once.
             await self.clock.sleep_until(until)
+        # In term mode, once this term's barriers are on every declared output
+        # partition: an older term's record then precedes the function's start
+        # or is dropped by every TermFilter. At once in epoch mode.
+        await leadership.ready()
         self.running = True
         try:
             await self.fn(leadership)

@@ -158,6 +158,8 @@ class Leadership(abc.ABC):
         self._hand_back: asyncio.Future[None] | None = None
         self.err: BaseException | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Done once the tenure may start its work (`ready`); the mode sets it."""
         self._tasks: list[asyncio.Task[None]] = []
 
     def _start_tasks(self, *extra: tuple[str, Callable[[], Coroutine[Any, Any, None]]]
@@ -186,6 +188,24 @@ class Leadership(abc.ABC):
         never the tenure's end, which every other waiter relies on.
         """
         return asyncio.shield(self._done)
+
+    async def ready(self) -> None:
+        """Return once the role's work may start under this tenure.
+
+        At once in epoch mode: the broker refuses a superseded epoch's writes
+        whenever they arrive. In term mode once every partition of every
+        declared output carries this term's barrier: from then on any record
+        of an older term either is already on its partition, before the
+        barrier, or lands after it and every `TermFilter` drops it. Raises
+        `FencedError` if the tenure ends first. `LeaderRunner` waits for it
+        before it starts the function; a caller of `acquire_leadership`
+        should too before it reads its outputs or acts on the role.
+        """
+        await self._bounded(asyncio.shield(self._ready))
+
+    def _mark_ready(self) -> None:
+        if not self._ready.done():
+            self._ready.set_result(None)
 
     @property
     def fence_deadline_monotonic(self) -> int:

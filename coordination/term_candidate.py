@@ -152,9 +152,20 @@ class _TermCandidate:
         sent_wall = self.clock.now_ms()
         # A member claims a term at most once: a second claim would share the
         # first one's key, and compaction could keep only the later copy.
-        offset = await self.transport.append_term(
+        appending = asyncio.ensure_future(self.transport.append_term(
             self.partition, encode_term_key(claim_key(self.role, self.member, term)),
-            encode_claim(Claim(self.member, term, sent_wall)))
+            encode_claim(Claim(self.member, term, sent_wall))))
+        try:
+            # A claim handed to the producer may land whatever becomes of this
+            # task, so its answer is waited for through a cancellation.
+            offset = await through_cancellation(appending)
+        except BaseException:
+            # Landed (a cancellation came meanwhile) or unknown (the append
+            # failed, perhaps after the broker took it): given back if it won.
+            landed = (None if appending.cancelled() or appending.exception() is not None
+                      else appending.result())
+            await self._give_back(term, landed)
+            raise
         acked_mono = self.clock.monotonic_ms()
         try:
             while self.terms.end_offset <= offset:
@@ -173,6 +184,15 @@ class _TermCandidate:
         except BaseException:
             await self._give_back(term, offset)
             raise
+        if self.clock.monotonic_ms() >= sent_mono + self.options.lease_ms - self.options.margin_ms:
+            # Won, but answered after the claim's own fence deadline: the tenure
+            # would be over before it began. Given back, and the member stands
+            # again (a member never claims one term twice: its next is higher).
+            log.warning("%s: %s won term %d, but its claim was answered %d ms after it was "
+                        "sent, past its fence deadline; resigning the term and standing again",
+                        self.role, self.member, term, self.clock.monotonic_ms() - sent_mono)
+            await self._give_back(term, offset)
+            return None
         leadership = TermLeadership(self.transport, self.role, self.member, self.partition,
                                     term, offset, self.terms, self.options, self.clock,
                                     sent_mono, sent_wall)
@@ -202,15 +222,25 @@ class _TermCandidate:
             await deregister(self.transport, self.partition, self.role, member)
             log.info("%s: deregistered %s, whose slot passed unused", self.role, member)
 
-    async def _give_back(self, term: int, offset: int) -> None:
-        """Resign `term` if the claim at `offset` won it; through a cancellation."""
+    async def _give_back(self, term: int, offset: int | None) -> None:
+        """Resign `term` if this member's claim of it won; through a cancellation.
+
+        `offset` is the claim's, or None when the append's outcome is unknown:
+        the partition is then read to its end, and the claim that won `term`
+        is this member's if it names this member (a claim's key is unique to
+        role, member and term). A claim that lands after that read goes
+        unseen: its term lapses at the election timeout.
+        """
 
         async def steps() -> None:
             try:
-                while self.terms.end_offset <= offset:
+                if offset is None:
+                    await self.terms.read_to_end()
+                while offset is not None and self.terms.end_offset <= offset:
                     await self.terms.read_to_end()
                 winner = self.terms.view.winner(term)
-                if winner is None or winner.offset != offset:
+                if (winner is None or winner.member != self.member
+                        or (offset is not None and winner.offset != offset)):
                     return
                 resign = Heartbeat(self.member, term, self.clock.now_ms(), resigned=True)
                 await self.transport.append_term(

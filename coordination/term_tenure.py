@@ -19,16 +19,21 @@ Writes go through `transaction()` as in epoch mode, to the declared output
 topics only (`LeadershipOptions.outputs`). Before the tenure's first data
 record on a partition, every partition of every declared topic gets a term
 barrier; the tenure starts writing them at once, so readers learn the term
-even if the leader has nothing to say. A transaction buffers its records and
-writes them, in order, when its body exits cleanly: an exception in the body
-writes nothing. The records are written one after another through an
-idempotent producer, not atomically: a failure part-way leaves the records
-already acknowledged written (each carries the term, so readers judge each
-alone).
+even if the leader has nothing to say, and it is `ready()` once every
+declared partition has one: a record of an older term then either precedes
+that barrier (and so the start of this tenure's work) or is dropped by every
+`TermFilter`. A transaction buffers its records and writes them, in order,
+when its body exits cleanly: an exception in the body writes nothing. The
+records are written one after another through an idempotent producer, not
+atomically: a failure part-way leaves the records already acknowledged
+written (each carries the term, so readers judge each alone). A send once
+handed to the transport is not recalled by a cancellation, and the
+resignation waits for every send before its heartbeat.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -36,7 +41,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from coordination.clock import Clock
-from coordination.errors import FencedError, UndeclaredTopicError, retryable
+from coordination.errors import FencedError, TransportError, UndeclaredTopicError, retryable
 from coordination.guarded import RecordWriter
 from coordination.options import LeadershipOptions
 from coordination.partition import murmur2, to_positive
@@ -139,6 +144,10 @@ class TermLeadership(Leadership):
         self._round_robin = {topic: itertools.count() for topic in options.outputs}
         self._unread: list[_Sent] = []
         """Heartbeats acknowledged but not yet read back, in offset order."""
+        self._sends: set[asyncio.Future[int]] = set()
+        """Output writes handed to the transport and not yet answered."""
+        self._barriers_due_mono = self.fence_deadline_monotonic
+        """Until when a barrier write that failed is retried: the claim's fence deadline."""
         self._start_tasks(("terms tail", self._watch_terms), ("barriers", self._write_barriers))
 
     @property
@@ -167,8 +176,29 @@ class TermLeadership(Leadership):
         for record in records:
             partition = await self._place(record)
             self._raise_if_over()
-            await self._transport.write_output(
-                record.topic, partition, record.key, record.value, [(TERM_HEADER, self._stamp)])
+            await self._send(record.topic, partition, record.key, record.value, self._stamp)
+
+    async def _send(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                    stamp: bytes) -> None:
+        """Write one record stamped with `stamp`, in a task the caller's
+        cancellation leaves alone.
+
+        A record handed to a producer is sent whatever becomes of the caller,
+        so the send is kept until it is answered: the resignation waits for
+        every one (`_hand_back_steps`), and in a hand-over each record of this
+        term is on its partition before the resign heartbeat lets the next
+        term be claimed.
+        """
+        sending = asyncio.ensure_future(self._transport.write_output(
+            topic, partition, key, value, [(TERM_HEADER, stamp)]))
+        self._sends.add(sending)
+        sending.add_done_callback(self._answered)
+        await asyncio.shield(sending)
+
+    def _answered(self, sending: asyncio.Future[int]) -> None:
+        self._sends.discard(sending)
+        if not sending.cancelled():
+            sending.exception()  # retrieved: a cancelled caller no longer waits for it
 
     async def _place(self, record: _Pending) -> int:
         """The record's partition, with this term's barrier written there first.
@@ -197,17 +227,20 @@ class TermLeadership(Leadership):
         for partition in range(done, count):
             self._raise_if_over()
             value = encode_barrier(Barrier(self.member, self.term, self._clock.now_ms()))
-            await self._transport.write_output(topic, partition, key, value,
-                                               [(TERM_HEADER, self._barrier_stamp)])
+            await self._send(topic, partition, key, value, self._barrier_stamp)
             self._barriered[topic] = partition + 1
         return count
 
     async def _write_barriers(self) -> None:
-        """Barrier every declared topic at once, retrying a `TransportError`.
+        """Barrier every declared topic at once, then mark the tenure ready.
 
-        A transaction does it anyway before its first record on a partition;
-        doing it at the start makes readers drop a deposed leader's writes
-        even while this one has nothing to write.
+        Doing it at the start makes readers drop a deposed leader's writes
+        even while this one has nothing to write, and the role's work waits
+        for it (`ready`). A `TransportError` is retried until the claim's
+        fence deadline, the time a renewal gets: a leader that cannot barrier
+        its outputs by then cannot start its work, so its tenure ends with a
+        `TransportError` and the role passes on (the runner hands it back and
+        campaigns again). Any other error ends the tenure at once.
         """
         pending = sorted(self._outputs)
         while pending:
@@ -221,10 +254,18 @@ class TermLeadership(Leadership):
                 if not retryable(exc):
                     self._end(exc)
                     return
+                retry_at = self._clock.monotonic_ms() + BARRIER_RETRY_MS
+                if retry_at >= self._barriers_due_mono:
+                    failed = TransportError(
+                        f"{self.role}: the barriers of term {self.term} could not be written "
+                        f"to {pending[0]} before the claim's fence deadline: {exc}")
+                    failed.__cause__ = exc
+                    self._end(failed)
+                    return
                 log.warning("%s: could not write the term barrier to %s yet: %r", self.role,
                             pending[0], exc)
-                await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
-                                                        + BARRIER_RETRY_MS)
+                await self._clock.sleep_until_monotonic(retry_at)
+        self._mark_ready()
 
     def _check_output(self, topic: str) -> None:
         if topic not in self._outputs:
@@ -298,10 +339,14 @@ class TermLeadership(Leadership):
     async def _hand_back_steps(self) -> list[BaseException]:
         """A heartbeat marked resigned, so the next in rank claims at once.
 
-        Sent even after the fence deadline or a higher claim: the fold
-        ignores a resign that is not the current holder's.
+        Sent only once every output send of this tenure has been answered
+        (each is bounded by the transport), so none lands after the next
+        term's claim. Sent even after the fence deadline or a higher claim:
+        the fold ignores a resign that is not the current holder's.
         """
         errors: list[BaseException] = []
+        if self._sends:
+            await asyncio.wait(set(self._sends))
         try:
             resign = Heartbeat(self.member, self.term, self._clock.now_ms(), resigned=True)
             await self._transport.append_term(self.partition, self._heartbeat_key,

@@ -27,6 +27,7 @@ from coordination import (
     MemoryBroker,
     MemoryTransport,
     OutcomeUnknownError,
+    RunnerObserver,
     TenureState,
     TransportError,
     acquire_leadership,
@@ -297,6 +298,67 @@ async def test_the_runner_stops_the_function_at_the_monotonic_fence_deadline():
     finally:
         transport.cut = False
         await cluster.stop_runners(runner)
+
+
+# A win whose tenure is already over runs nothing.
+
+
+class SlowFirstTransaction(MemoryTransport):
+    """A client whose first transaction (the first lease's) opens `delay_ms`
+    of clock time after it is asked for: a broker outage that ends while the
+    request waits."""
+
+    def __init__(self, broker: MemoryBroker, delay_ms: int) -> None:
+        super().__init__(broker)
+        self.delay_ms = delay_ms
+
+    async def begin_transaction(self, role, token):
+        delay, self.delay_ms = self.delay_ms, 0
+        await sleep_ms(self.clock, delay)
+        return await super().begin_transaction(role, token)
+
+
+LATE_MS = OPTIONS.lease_ms - OPTIONS.margin_ms + 500
+"""Past the fence deadline a first lease sent at once would have."""
+
+
+async def test_a_first_lease_committed_after_its_fence_deadline_is_handed_back_and_taken_anew():
+    cluster = Cluster()
+    task = cluster.candidate("a", transport=SlowFirstTransaction(cluster.broker, LATE_MS))
+    await cluster.until(task.done, within=LEASE * 2)
+    leadership = task.result()
+    assert not leadership.fenced()
+    assert leadership.remaining() > 0
+    assert cluster.broker.epochs_minted == 2
+    await leadership.resign()
+
+
+async def test_a_runner_whose_first_lease_commits_late_runs_no_function_in_that_tenure():
+    cluster = Cluster()
+
+    class Elected(RunnerObserver):
+        def __init__(self) -> None:
+            self.tokens: list[str] = []
+
+        def elected(self, role: str, leadership: Leadership) -> None:
+            self.tokens.append(str(leadership.token))
+
+    observer = Elected()
+    started: list[bool] = []
+
+    async def work(leadership: Leadership) -> None:
+        started.append(leadership.fenced())
+        await asyncio.Event().wait()
+
+    runner = LeaderRunner(SlowFirstTransaction(cluster.broker, LATE_MS), ROLE, "a", work,
+                          options=OPTIONS, clock=cluster.clock, observer=observer)
+    runner.start()
+    try:
+        await cluster.until(lambda: runner.running, within=LEASE * 4)
+    finally:
+        await cluster.stop_runners(runner)
+    assert started == [False]
+    assert len(observer.tokens) == 1
 
 
 # A guarded commit is bounded by the end of the tenure.
