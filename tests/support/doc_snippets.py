@@ -279,33 +279,45 @@ async def run_snippets(page_snippets: Sequence[Snippet]) -> dict[str, Any]:
     def kafka_transport(*_args: Any, **_kwargs: Any) -> MemoryTransport:
         return MemoryTransport(broker)
 
-    # What a snippet imports as KafkaTransport is a client of the memory broker.
+    # What a snippet imports as KafkaTransport is a client of the memory broker,
+    # for the page's run only: the process's own name comes back afterwards.
+    real = coordination.KafkaTransport, coordination.kafka.KafkaTransport
     coordination.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
     coordination.kafka.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
     namespace: dict[str, Any] = {"__name__": "__snippet__"}
-    for snippet in page_snippets:
-        if snippet.how != "run":
-            continue
-        code = compile("\n" * (snippet.line - 1) + snippet.code, snippet.page, "exec",
-                       flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        if code.co_flags & inspect.CO_COROUTINE:
-            await eval(code, namespace)
-        else:
-            exec(code, namespace)
-    await _drive_declared_roles(broker)
+    try:
+        for snippet in page_snippets:
+            if snippet.how != "run":
+                continue
+            code = compile("\n" * (snippet.line - 1) + snippet.code, snippet.page, "exec",
+                           flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            if code.co_flags & inspect.CO_COROUTINE:
+                await eval(code, namespace)
+            else:
+                exec(code, namespace)
+    finally:
+        coordination.KafkaTransport, coordination.kafka.KafkaTransport = real  # type: ignore[misc]
+    await _drive_declared_roles(broker, _installations(namespace))
     return namespace
 
 
-async def _drive_declared_roles(broker: Any) -> None:
-    """Run each role declared on a worker installation once, as its leader."""
+def _installations(namespace: dict[str, Any]) -> list[Any]:
+    """The worker installations the page's snippets made or imported (by name):
+    only those, never another one alive in the process."""
     install = sys.modules.get("app.install")
     if install is None:
-        return  # no snippet of the page built a worker installation
-    import gc
+        return []
+    found: dict[int, Any] = {}
+    for value in namespace.values():
+        if isinstance(value, install.Installation):
+            found.setdefault(id(value), value)
+    return list(found.values())
 
+
+async def _drive_declared_roles(broker: Any, installations: Sequence[Any]) -> None:
+    """Run each role declared on the page's worker `installations` once, as its leader."""
     from coordination import MemoryTransport, acquire_leadership
 
-    installations = [o for o in gc.get_objects() if isinstance(o, install.Installation)]
     for installation in installations:
         settings = installation.context.settings
         for name, function in installation.roles.items():
