@@ -11,9 +11,10 @@ What it asks of the app, and refuses with a typed `InstallError` rather than
 overriding: a `CoordinationApp` (the lifecycle the coordination needs), the
 id ``settings.app_id``, the Faust options of `app.faust_config.required_options`
 (the same cluster as the elections, exactly_once, and so on), and none of the
-names and paths it adds already taken. Everything else is the app's own,
-except two aiokafka ERROR lines for conditions aiokafka retries, which the
-whole process then logs as WARNING (`app.kafka_logs`).
+names and paths it adds already taken. The worker's changes to Faust come
+with the app's class (`app.faust_changes`) and stay in that app. Everything
+else is the app's own, except two aiokafka ERROR lines for conditions aiokafka
+retries, which the whole process then logs as WARNING (`app.kafka_logs`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from faust.types import TopicT
 
 from agents import fold, roles, service
 from agents.events import EVENTS_TOPIC
-from app import access, faust_patches, health, kafka_logs, web
+from app import access, health, kafka_logs, web
 from app.context import Context, TransportFactory
 from app.faust_app import CoordinationApp
 from app.faust_config import DERIVED, required_options
@@ -162,7 +163,6 @@ def install(
     """
     _check(app, settings)
     _check_free(app)
-    faust_patches.apply()
     kafka_logs.install()
     tables = faust_tables.declare(app, settings.partitions)
     clock = clock or SystemClock()

@@ -7,7 +7,7 @@ versions of each role's value: 40 000 records, so the recovery's first fetch
 takes the consumer thread most of a second to decode. That is the window in
 which Faust's recovery, asking the consumer's position while the fetched
 records were still on their way to the changelog queue, marked partitions
-recovered with none of their records applied (`app.faust_patches`, patch 5).
+recovered with none of their records applied (FAUST-6, `app.faust_changes`).
 Every wait polls a condition with a deadline; the worker is stopped by PID.
 """
 
