@@ -53,6 +53,6 @@ INTERNALS: tuple[str, ...] = (
     # claim GET /metrics for itself, so the worker builds its two parts directly.
     "faust.sensors.prometheus:FaustMetrics.create",
     "faust.sensors.prometheus:PrometheusMonitor",
-    # Which event a table write of a batch belongs to (agents.fold.as_current_event).
+    # Which event a table write of a batch belongs to (agents.fold.agent.as_current_event).
     "faust.streams:_current_event",
 )
