@@ -35,8 +35,8 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
-from app.context import Context
-from app.routing import Unreachable, fetch_json
+from agents.context import AgentContext
+from agents.peers import Unreachable, fetch_json
 from coordination import (
     Move,
     Rebalancer,
@@ -116,7 +116,7 @@ def retry_delay(failures: int) -> float:
     return min(RETRY * 2 ** (failures - 1), RETRY_MAX)
 
 
-async def live_members(ctx: Context) -> set[str]:
+async def live_members(ctx: AgentContext) -> set[str]:
     """This worker and every other worker of the Faust group whose web view answers
     ``GET /health`` now, by member id."""
     live = {ctx.member}
@@ -142,7 +142,7 @@ def move_json(move: Move) -> dict[str, Any]:
             "at": move.at_ms}
 
 
-def rebalance_json(ctx: Context) -> dict[str, Any]:
+def rebalance_json(ctx: AgentContext) -> dict[str, Any]:
     """This worker's part of ``GET /rebalance/`` (docs/app.md#web-view)."""
     rebalancer = ctx.rebalancer
     off = ctx.settings.rebalancing_off
@@ -163,7 +163,7 @@ class WorkerRebalancing:
     `live` replaces `live_members` (tests give a fixed set).
     """
 
-    def __init__(self, ctx: Context, reader: StateReader,
+    def __init__(self, ctx: AgentContext, reader: StateReader,
                  live: LiveSource | None = None) -> None:
         self.ctx = ctx
         self.states = RoleStates(reader, ctx.partitions, ctx.runners)

@@ -41,9 +41,9 @@ from typing import Any
 
 from mode import Service
 
+from agents.context import AgentContext
 from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
-from app.context import Context
 from coordination.admission import RenewalLatencyAdmission
 from coordination.cancellation import bounded, cancel_and_wait, through_cancellation
 from coordination.heap import HeapSettler, freeze_new, settle_heap
@@ -59,7 +59,7 @@ ASSIGNMENT_WAIT = 30.0
 class RoleService(Service):
     """Connects the transport, runs the role runners, resigns on stop."""
 
-    def __init__(self, ctx: Context, **kwargs: Any) -> None:
+    def __init__(self, ctx: AgentContext, **kwargs: Any) -> None:
         self.ctx = ctx
         self._stack = AsyncExitStack()
         self._connecting: asyncio.Task[None] | None = None
@@ -181,7 +181,7 @@ def _log_failure(task: asyncio.Task[None], doing: str) -> None:
         log.error("%s failed", doing, exc_info=error)
 
 
-def install(ctx: Context) -> RoleService:
+def install(ctx: AgentContext) -> RoleService:
     """Start a `RoleService` with `ctx.app`'s own services (a worker starts them;
     CLI commands do not)."""
     role_service = RoleService(ctx)

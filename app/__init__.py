@@ -4,10 +4,10 @@
 environment, `app.factory` builds the project's Faust app (a
 `app.faust_app.CoordinationApp`), `app.install` adds the coordination to it
 or to a user's app (topics, tables, agents, role service, web view),
-`app.web` and `app.dashboard` are the HTTP view, `app.metrics` the
+`app.web.views` and `app.web.dashboard` are the HTTP view, `app.metrics` the
 Prometheus registry, `app.demo` the demo role, and
-`app.faust_patches` the fixes to faust-streaming's bugs and slow paths
-(and one to aiokafka's).
+`app.faust_changes` the worker's changes to faust-streaming's bugs and slow
+paths (and one to aiokafka's), in the worker's own subclasses of Faust's classes.
 See docs/app.md.
 
 Importing the package refuses a faust-streaming or mode-streaming version the

@@ -3,61 +3,34 @@ the partition router, metrics, the live event feed, the coordination transport a
 role runners.
 
 A leaf of the worker: it imports no agent and no table module, only the
-library, Faust's and aiohttp's types, and the settings, metrics, feed and readiness
-modules (which import no worker module; tests/app/test_worker_layers.py holds this).
-`app.install`, the composition root, builds one `Context` with every part
-and hands it to the agents, the role service and the web view, so tests
-build as many workers as they need.
+library, Faust's and aiohttp's types, the agents' own description of what they
+are given (`agents.context`, which `Context` satisfies) with the fold's due
+index, and the settings, metrics, feed and readiness modules (which import no
+worker module; tests/app/test_worker_layers.py holds this). `app.install`, the
+composition root, builds one `Context` with every part and hands it to the
+agents, the role service and the web view, so tests build as many workers as
+they need.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import aiohttp
 import faust
-from faust.types import TableT, TopicT
+from faust.types import TopicT
 
-from app.due_index import DueIndex
-from app.feed import EventFeed
+from agents.context import Router, Tables, TransportFactory
+from agents.fold.due import DueIndex
 from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
+from app.web.feed import EventFeed
 from coordination import Clock, LeaderRunner, Rebalancer, RoleFunction, SystemClock, Transport
 
-__all__ = ["Context", "Router", "Tables", "TransportFactory"]
-
-TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
-
-
-class Tables(Protocol):
-    """The worker's two changelog-backed tables (declared by `tables.faust_tables`)."""
-
-    @property
-    def role_state(self) -> TableT[bytes, bytes]:
-        """Key: the role's UTF-8 bytes; value: `tables.role_state`'s codec."""
-        ...
-
-    @property
-    def partition_state(self) -> TableT[bytes, bytes]:
-        """Key: the partition's digits; value: `tables.partition_state`'s codec."""
-        ...
-
-
-class Router(Protocol):
-    """The partition -> worker map the views route by."""
-
-    def owners(self) -> dict[str, list[int]]:
-        """Each worker's URL and the state partitions it owns (empty while unassigned)."""
-        ...
-
-    def is_self(self, url: str) -> bool:
-        """Whether `url` is this worker's web server."""
-        ...
+__all__ = ["Context"]
 
 
 @dataclass(eq=False)
@@ -99,10 +72,11 @@ class Context:
     """The rebalancing of this worker's balanced roles (None until the role service has
     connected, and for good when `Settings.rebalancing_off` says why; agents.rebalancing)."""
     due: DueIndex = field(default_factory=DueIndex)
-    """When each role's value next has a lapse for the tick agent to report (`agents.fold`)."""
+    """When each role's value next has a lapse for the tick agent to report
+    (`agents.fold.agent`)."""
     fold_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the fold, terms and tick agents around a read, update and write of a
-    role's value (`agents.fold`)."""
+    role's value (`agents.fold.agent`)."""
 
     @property
     def member(self) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from agents.context import TransportFactory
 from app import faust_config
-from app.context import Context, TransportFactory
+from app.context import Context
 from app.faust_app import CoordinationApp
 from app.faust_config import faust_options
 from app.install import install

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import faust
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
+from app.faust_changes import ChangedApp
 from app.file_limit import raise_file_limit
 
 __all__ = ["CoordinationApp", "CoordinationWeb", "WebDisabledError"]
@@ -44,9 +44,10 @@ class WebDisabledError(RuntimeError):
     """A worker started without its web server (``faust worker --without-web``)."""
 
 
-class CoordinationApp(faust.App):
+class CoordinationApp(ChangedApp):
     """A Faust app whose web server leaves ``/`` to the dashboard, whose local
-    tables never outlive the process, and whose shutdown always ends.
+    tables never outlive the process, and whose shutdown always ends; built of
+    the worker's Faust classes (`app.faust_changes`).
 
     Tables: under exactly_once Faust writes table values to RocksDB at once
     but records the changelog offset only at commit. A worker stopped between

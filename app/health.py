@@ -2,7 +2,7 @@
 
 `probe` asks the cluster for the state topic's last stable offsets (a live
 ListOffsets, through Faust's consumer: under exactly_once it is a
-read_committed consumer, and `app.faust_patches` makes ``highwaters`` ask the
+read_committed consumer, and the worker's change FAUST-15 makes ``highwaters`` ask the
 broker); `keep_probing` runs it as soon as the worker's tasks start and then
 every probe interval, and `app.readiness.ClusterWatch` keeps the answer.
 `snapshot` gathers the rest at the instant ``GET /ready`` is asked;
@@ -43,7 +43,7 @@ async def probe(ctx: Context) -> None:
     pile up. Not by the probe interval: the consumer sends its ListOffsets on
     the connection its fetches use, and the broker answers a connection's
     requests in order, so on an idle state topic the answer waits behind a
-    fetch's long poll (0.1 s with `app.faust_patches` patch 9, Faust's own
+    fetch's long poll (0.1 s with the worker's change FAUST-9, Faust's own
     1.5 s without). A bound of a 0.5 s interval failed every probe, and the
     worker never became ready.
     """

@@ -11,9 +11,10 @@ What it asks of the app, and refuses with a typed `InstallError` rather than
 overriding: a `CoordinationApp` (the lifecycle the coordination needs), the
 id ``settings.app_id``, the Faust options of `app.faust_config.required_options`
 (the same cluster as the elections, exactly_once, and so on), and none of the
-names and paths it adds already taken. Everything else is the app's own,
-except two aiokafka ERROR lines for conditions aiokafka retries, which the
-whole process then logs as WARNING (`app.kafka_logs`).
+names and paths it adds already taken. The worker's changes to Faust come
+with the app's class (`app.faust_changes`) and stay in that app. Everything
+else is the app's own, except two aiokafka ERROR lines for conditions aiokafka
+retries, which the whole process then logs as WARNING (`app.kafka_logs`).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ import faust
 from faust.sensors import Monitor
 from faust.types import TopicT
 
-from agents import fold, roles, service
+from agents import roles, service
+from agents.context import TransportFactory
 from agents.events import EVENTS_TOPIC
-from app import access, faust_patches, health, kafka_logs, web
-from app.context import Context, TransportFactory
+from agents.fold import agent as fold_agent
+from app import access, health, kafka_logs
+from app.context import Context
 from app.faust_app import CoordinationApp
 from app.faust_config import DERIVED, required_options
 from app.readiness import ClusterWatch, ReadinessBounds
-from app.routing import FaustRouter
 from app.settings import Settings
+from app.web import views
+from app.web.routing import FaustRouter
 from coordination import Clock, RoleFunction, SystemClock
 from coordination.kafka.connection import Connection
 from tables import faust_tables
@@ -162,7 +166,6 @@ def install(
     """
     _check(app, settings)
     _check_free(app)
-    faust_patches.apply()
     kafka_logs.install()
     tables = faust_tables.declare(app, settings.partitions)
     clock = clock or SystemClock()
@@ -192,12 +195,12 @@ def install(
     if transport_factory is None:  # the cluster's own ACLs; a test's transport has none
         access.install(ctx)
     _export_metrics(ctx)
-    fold.install(ctx)
+    fold_agent.install(ctx)
     if not settings.term_mode:
         _subscribe_events(ctx)
     _probe_cluster(ctx)
     role_service = service.install(ctx)
-    web.install(ctx)
+    views.install(ctx)
     installation = Installation(ctx, role_service, declared, outputs)
     setattr(app, _INSTALLED, installation)
     return installation
@@ -271,7 +274,7 @@ def _check_free(app: faust.App) -> None:
     (aiohttp would serve only one of two pages on a path)."""
     taken = [f"table {name!r}" for name in (faust_tables.ROLE_STATE, faust_tables.PARTITION_STATE)
              if name in app.tables]
-    taken += [f"web page {path!r}" for path, _ in web.ROUTES if path in app.web.views]
+    taken += [f"web page {path!r}" for path, _ in views.ROUTES if path in app.web.views]
     if taken:
         raise NameTakenError(f"app {app.conf.id!r} already has " + ", ".join(taken)
                              + ": the coordination adds them; rename yours")

@@ -6,9 +6,9 @@ read_committed aiokafka consumer:
 
 - ``aiokafka-raw`` (the ceiling for our stack): decode each record's key and
   value with the library's decoders, nothing else;
-- ``krabka``: the worker application's own step, ``agents.fold.apply_batch``
+- ``krabka``: the worker application's own step, ``agents.fold.agent.apply_batch``
   (route, fold, the table value codec, events) over batches of
-  ``agents.fold.FOLD_BATCH`` records, with in-memory dicts for the tables and
+  ``agents.fold.agent.FOLD_BATCH`` records, with in-memory dicts for the tables and
   a counting stand-in for the events topic.
 
 What this does not include: the Faust runtime around the agent (stream
@@ -156,8 +156,8 @@ async def decode_only(messages: list[Any]) -> None:
 
 async def fold_throughput(bench: Bench) -> None:
     try:
-        from agents.fold import FOLD_BATCH, apply_batch
-        from app.due_index import DueIndex
+        from agents.fold.agent import FOLD_BATCH, apply_batch
+        from agents.fold.due import DueIndex
         from app.settings import Settings
     except ImportError as exc:
         for system in ("krabka", "aiokafka-raw"):
@@ -202,7 +202,7 @@ async def fold_throughput(bench: Bench) -> None:
             "fold-throughput", system, "records/s", samples,
             bench.config(records=filled, partitions=PARTITIONS, trials_run=trials,
                          roles=max(1, records // 20),
-                         what=("agents.fold.apply_batch with dict tables "
+                         what=("agents.fold.agent.apply_batch with dict tables "
                                "(no Faust runtime, RocksDB, changelog or commits)"
                                if system == "krabka" else
                                "read_committed consume + decode_key/decode_* per record")),

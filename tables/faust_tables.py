@@ -2,8 +2,8 @@
 
 Keys and values are raw bytes: keys so Faust's own routing (murmur2 of the
 key bytes, as Kafka's partitioner) lands on `coordination.role_partition`;
-values so the orjson codecs in `tables.role_state` and
-`tables.partition_state` own the format. Both tables have the state topic's
+values so the orjson codecs in `agents.fold.role_value` and
+`agents.fold.partition_value` own the format. Both tables have the state topic's
 partition count, so their changelogs are co-partitioned with it and a table
 write made while folding partition p goes to changelog partition p.
 """

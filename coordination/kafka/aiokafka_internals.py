@@ -17,7 +17,7 @@ prepared producer's network client apart from its sender
 (`coordination.kafka.seeded`), retries CONCURRENT_TRANSACTIONS sooner than
 aiokafka does (`coordination.kafka.prompt_retry`) and watches the registration
 producer's sender (`coordination.kafka.transport`). The worker reads the same
-transaction manager (``app/faust_patches.py``).
+transaction manager (``app/faust_changes/producing.py``).
 
 `AIOKAFKA` is the range the suite runs against; the package refuses another
 version at import. `INTERNALS` lists every non-public name used, as

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from app.settings import Settings
-from app.web import Views
+from app.web.views import Views
 from deploy import validate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agents.fold import apply_batch
-from app.event_stream import RETRY_MS
-from app.feed import Dropped, EventFeed
+from agents.fold.agent import apply_batch
+from app.web.event_stream import RETRY_MS
+from app.web.feed import Dropped, EventFeed
 from coordination import (
     STATE_TOPIC,
     LeadershipEvent,
@@ -259,7 +259,7 @@ async def test_the_stream_ends_when_a_relayed_worker_stops(two_workers):
 async def test_a_client_that_falls_behind_is_sent_the_end_rather_than_waited_for(
         two_workers, monkeypatch):
     a, _, session = two_workers
-    monkeypatch.setattr("app.event_stream.QUEUE_SIZE", 2)
+    monkeypatch.setattr("app.web.event_stream.QUEUE_SIZE", 2)
     for offset in range(5):
         a.ctx.feed.publish(event(A_ROLE, offset))  # replayed faster than it can be sent
     stream = await open_stream(session, f"{a.url}/events/?scope=local")
@@ -269,7 +269,7 @@ async def test_a_client_that_falls_behind_is_sent_the_end_rather_than_waited_for
 async def test_an_idle_stream_carries_a_ping_comment_which_finds_a_gone_client(monkeypatch):
     """On a server that, as Faust's web driver runs it, does not cancel the handler
     of a client that went away (aiohttp's test server does)."""
-    monkeypatch.setattr("app.event_stream.HEARTBEAT", 0.05)
+    monkeypatch.setattr("app.web.event_stream.HEARTBEAT", 0.05)
     broker = MemoryBroker(clock=ManualClock(NOW))
     broker.create_topic(STATE_TOPIC, PARTITIONS)
     worker = Worker("c", ManualClock(NOW), broker)

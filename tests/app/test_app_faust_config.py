@@ -121,8 +121,8 @@ def test_json_logs_are_one_object_per_line_through_faust_s_logging_setup():
         "from app.settings import Settings\n"
         "options = faust_options(Settings.from_env({'COORDINATION_LOG_FORMAT': 'json'}))\n"
         "m.setup_logging(loglevel='info', logging_config=dict(options['logging_config']))\n"
-        "logging.getLogger('agents.fold').warning('skipped %d', 3)\n"
-        "logging.getLogger('agents.fold').debug('not at info')\n"
+        "logging.getLogger('agents.fold.agent').warning('skipped %d', 3)\n"
+        "logging.getLogger('agents.fold.agent').debug('not at info')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=True)
@@ -130,7 +130,7 @@ def test_json_logs_are_one_object_per_line_through_faust_s_logging_setup():
     records = [json.loads(line) for line in lines if line.startswith("{")]
     assert len(records) == 1, lines
     assert records[0]["message"] == "skipped 3"
-    assert (records[0]["level"], records[0]["logger"]) == ("WARNING", "agents.fold")
+    assert (records[0]["level"], records[0]["logger"]) == ("WARNING", "agents.fold.agent")
     assert "time" in records[0]
 
 

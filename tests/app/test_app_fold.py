@@ -10,8 +10,12 @@ import orjson
 import pytest
 
 from agents.events import LeadershipEvent
-from agents.fold import _warn_if_out_of_order
-from agents.folding import Unattributed, expire, fold, fold_unattributed, route
+from agents.fold import partition_value, role_value
+from agents.fold.agent import _warn_if_out_of_order
+from agents.fold.partition_value import PartitionValue
+from agents.fold.role_value import RoleValue
+from agents.fold.rules import Unattributed, expire, fold, fold_unattributed, route
+from app.web.role_view import merged_state, status_of
 from coordination import (
     FencingToken,
     OutOfOrder,
@@ -25,10 +29,6 @@ from coordination import (
     registration_key,
     role_partition,
 )
-from tables import partition_state, role_state
-from tables.partition_state import PartitionValue
-from tables.role_state import RoleValue
-from tables.role_view import merged_state, status_of
 from tests.support.logs import Log
 
 PARTITIONS = 4
@@ -54,11 +54,11 @@ class Folder:
             key = route(record, self.partition, PARTITIONS)
             if isinstance(key, Unattributed):
                 self.skipped = fold_unattributed(self.skipped, record, self.partition, key)
-                self.skipped = partition_state.decode(partition_state.encode(self.skipped))
+                self.skipped = partition_value.decode(partition_value.encode(self.skipped))
                 continue
             value, events = fold(self.values.get(key.role), record, self.partition, PARTITIONS)
             assert value is not None
-            self.values[key.role] = role_state.decode(role_state.encode(value))
+            self.values[key.role] = role_value.decode(role_value.encode(value))
             new_events += events
         self.events += new_events
         return new_events
@@ -301,25 +301,25 @@ def test_values_round_trip_through_the_codec():
     log.raw(encode_key(lease_key(ROLE)), b"bad")
     folder.apply(log.records)
     value = folder.value()
-    assert role_state.decode(role_state.encode(value)) == value
+    assert role_value.decode(role_value.encode(value)) == value
 
 
 def test_bytes_that_are_not_a_value_raise_value_error():
     for data in (b"", b"[]", b'{"schema": 99}', b'{"schema": 1}'):
         with pytest.raises(ValueError, match="role_state"):
-            role_state.decode(data)
+            role_value.decode(data)
 
 
 def test_a_tenure_begun_out_of_order_round_trips_through_the_codec():
     value = RoleValue(RoleState(ROLE, out_of_order=2, last_out_of_order=OutOfOrder(
         7, "c", 100_000, 105_000, "registration")), HOME)
-    assert role_state.decode(role_state.encode(value)) == value
+    assert role_value.decode(role_value.encode(value)) == value
 
 
 def test_a_value_written_before_the_placement_check_reads_as_none_seen():
-    obj = orjson.loads(role_state.encode(RoleValue(RoleState(ROLE), HOME)))
+    obj = orjson.loads(role_value.encode(RoleValue(RoleState(ROLE), HOME)))
     del obj["state"]["out_of_order"], obj["state"]["last_out_of_order"]
-    state = role_state.decode(orjson.dumps(obj)).state
+    state = role_value.decode(orjson.dumps(obj)).state
     assert (state.out_of_order, state.last_out_of_order) == (0, None)
 
 
@@ -330,7 +330,7 @@ def test_the_worker_warns_once_for_each_tenure_begun_out_of_its_placement_order(
     log.lease(ROLE, "a", T1, granted_at=0, deadline=30_000)
     log.lease(ROLE, "c", T2, granted_at=30_000, deadline=60_000)  # b was first by rank
     log.lease(ROLE, "c", T2, granted_at=40_000, deadline=70_000)
-    caplog.set_level(logging.WARNING, "agents.fold")
+    caplog.set_level(logging.WARNING, "agents.fold.agent")
     value = None
     for record in log.records:
         previous = value

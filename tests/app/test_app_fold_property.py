@@ -16,7 +16,10 @@ import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 
-from agents.folding import Unattributed, fold, fold_unattributed, route
+from agents.fold import partition_value, role_value
+from agents.fold.role_value import MAX_ERRORS, RoleValue
+from agents.fold.rules import Unattributed, fold, fold_unattributed, route
+from app.web.role_view import merged_state
 from coordination import (
     Elected,
     Joined,
@@ -28,9 +31,6 @@ from coordination import (
     role_partition,
 )
 from coordination.records import decode_key
-from tables import partition_state, role_state
-from tables.role_state import MAX_ERRORS, RoleValue
-from tables.role_view import merged_state
 from tests.support.state_logs import partitions
 
 PARTITIONS = 3
@@ -63,11 +63,11 @@ def test_folding_record_by_record_ends_with_the_state_build_role_state_gives(rec
         key = route(record, PARTITION, PARTITIONS)
         if isinstance(key, Unattributed):
             skipped = fold_unattributed(skipped, record, PARTITION, key)
-            skipped = partition_state.decode(partition_state.encode(skipped))
+            skipped = partition_value.decode(partition_value.encode(skipped))
             continue
         value, _ = fold(values.get(key.role), record, PARTITION, PARTITIONS)
         assert value is not None
-        values[key.role] = role_state.decode(role_state.encode(value))
+        values[key.role] = role_value.decode(role_value.encode(value))
 
     assert set(values) <= set(HOME_ROLES)
     for role, value in values.items():

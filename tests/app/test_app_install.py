@@ -13,7 +13,6 @@ import pytest
 from faust.sensors import Monitor
 from faust.sensors.prometheus import PrometheusMonitor
 
-from app import faust_patches
 from app.faust_app import WebDisabledError
 from app.faust_config import broker_credentials
 from app.install import (
@@ -72,11 +71,14 @@ def test_install_adds_the_tables_topics_agents_and_views_beside_the_app_s_own():
     assert installation.roles == {}
 
 
-def test_install_applies_the_faust_patches(monkeypatch):
-    applied = []
-    monkeypatch.setattr(faust_patches, "apply", lambda: applied.append(True))
-    memory_install(user_app())
-    assert applied == [True]
+def test_the_installed_app_runs_on_the_worker_s_faust_classes_and_another_app_does_not():
+    app = user_app()
+    memory_install(app)
+    other = faust.App("other-app", **GOOD)
+    assert type(app.transport) is app.worker_classes.transport
+    assert type(app.tables) is app.worker_classes.table_manager
+    assert type(other.transport) is not app.worker_classes.transport
+    assert type(other.tables) is faust.App("third-app", **GOOD).tables.__class__
 
 
 def test_a_plain_faust_app_is_refused_with_what_to_build_instead():

@@ -7,7 +7,7 @@ the timing under which a rolling restart of two workers crashed one. A
 restarted worker rebuilds its tables from the changelogs (docs/app.md), so a
 peer leaving and coming back during that recovery rebalances the group in
 the middle of it: the case faust-streaming 0.15.3 crashed on
-(docs/upstream-faust.md). Every wait polls a condition with a deadline and
+(docs/upstream/FAUST-1.md). Every wait polls a condition with a deadline and
 fails at once when a worker exits on its own; every worker is stopped by PID.
 """
 
@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import pytest
 
-from app.faust_patches import REBALANCED_DURING_RECOVERY
+from app.faust_changes.recovering import REBALANCED_DURING_RECOVERY
 from coordination import RoleState, describe_role_state
 from coordination.kafka import KafkaTransport
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
@@ -47,7 +47,7 @@ SEEK_CHECK = "tests.app.faust_seek_check"
 HANDOVERS = 20
 """Ten restarts of each worker: the count the rolling-restart guarantee is
 stated for (docs/reliability.md); from the third on, each stops a worker a
-few seconds after its own restart (the case of docs/upstream-faust.md, report 4)."""
+few seconds after its own restart (the case of docs/upstream/FAUST-4.md)."""
 SAMPLE_TIMEOUT = 2.0
 """Seconds a worker's web view may take to answer a probe."""
 
@@ -151,7 +151,7 @@ def test_a_worker_joining_during_a_restarted_workers_table_recovery_crashes_neit
     worker joins meanwhile, and the group rebalances during that recovery.
     faust-streaming 0.15.3 went on with the superseded recovery, seeked the
     new standby partitions to offset None and the worker exited with
-    ``ValueError: Offset must be a positive integer`` (docs/upstream-faust.md).
+    ``ValueError: Offset must be a positive integer`` (docs/upstream/FAUST-1.md).
     The same happens in a rolling restart (stop the leader, start it again
     at once, repeat) whenever a peer leaves and comes back within a returned
     worker's recovery.

@@ -7,7 +7,7 @@ versions of each role's value: 40 000 records, so the recovery's first fetch
 takes the consumer thread most of a second to decode. That is the window in
 which Faust's recovery, asking the consumer's position while the fetched
 records were still on their way to the changelog queue, marked partitions
-recovered with none of their records applied (`app.faust_patches`, patch 5).
+recovered with none of their records applied (FAUST-6, `app.faust_changes`).
 Every wait polls a condition with a deadline; the worker is stopped by PID.
 """
 
@@ -20,8 +20,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from agents.fold import role_value
 from coordination import RoleState, role_partition
-from tables import role_state
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 
 pytestmark = pytest.mark.integration
@@ -57,9 +57,9 @@ async def _write_changelog(bootstrap: str, topic: str) -> None:
                 for i in range(ROLES):
                     role = _role(i)
                     partition = role_partition(role, PARTITIONS)
-                    value = role_state.RoleValue(RoleState(role=role), partition,
+                    value = role_value.RoleValue(RoleState(role=role), partition,
                                                  last_offset=version)
-                    sends.append(await producer.send(topic, role_state.encode(value),
+                    sends.append(await producer.send(topic, role_value.encode(value),
                                                      key=role.encode(), partition=partition))
             await asyncio.gather(*sends)
     finally:

@@ -13,12 +13,15 @@ import pytest
 from aiokafka.errors import RequestTimedOutError
 from faust.exceptions import ProducerSendError
 
-import agents.fold
+import agents.fold.agent
 from agents.events import LeadershipEvent
-from agents.fold import FOLD_RETRY_MS, apply_terms_record, until_applied
-from agents.folding import Unattributed, expire_term, fold, fold_terms, route_term
+from agents.fold import role_value
+from agents.fold.agent import FOLD_RETRY_MS, apply_terms_record, until_applied
+from agents.fold.role_value import MAX_TENURES, RoleValue
+from agents.fold.rules import Unattributed, expire_term, fold, fold_terms, route_term
 from app.factory import build
 from app.settings import Settings
+from app.web.term_view import term_detail, term_fields, term_status
 from coordination import (
     STATE_TOPIC,
     ManualClock,
@@ -33,9 +36,6 @@ from coordination import (
 )
 from coordination import role_partition as partition_of
 from coordination.events import describe
-from tables import role_state
-from tables.role_state import MAX_TENURES, RoleValue
-from tables.term_view import term_detail, term_fields, term_status
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks
 from tests.support.term_logs import TermLog
@@ -58,7 +58,7 @@ class TermFolder:
         for record in records:
             value, events = fold_terms(self.value, record, HOME, PARTITIONS, TIMEOUT)
             assert value is not None
-            self.value = role_state.decode(role_state.encode(value))
+            self.value = role_value.decode(role_value.encode(value))
             new += events
         self.events += new
         return new
@@ -66,7 +66,7 @@ class TermFolder:
     def tick(self, now_ms: int) -> list[LeadershipEvent]:
         assert self.value is not None
         value, events = expire_term(self.value, now_ms, TIMEOUT)
-        self.value = role_state.decode(role_state.encode(value))
+        self.value = role_value.decode(role_value.encode(value))
         return events
 
 
@@ -154,9 +154,9 @@ def test_a_replayed_record_changes_nothing():
     log, folder = TermLog(), TermFolder()
     claim = log.claim(ROLE, "a", 1)
     folder.apply([claim, log.heartbeat(ROLE, "a", 1)])
-    before = role_state.encode(folder.value)  # type: ignore[arg-type]
+    before = role_value.encode(folder.value)  # type: ignore[arg-type]
     assert folder.apply([claim]) == []
-    assert role_state.encode(folder.value) == before  # type: ignore[arg-type]
+    assert role_value.encode(folder.value) == before  # type: ignore[arg-type]
 
 
 def test_the_terms_and_the_state_topic_fold_into_one_value():
@@ -274,14 +274,14 @@ async def test_a_terms_event_that_fails_once_is_folded_again_and_tells_the_same_
 
 async def test_a_terms_record_the_fold_fails_on_is_reported_and_skipped(monkeypatch, caplog):
     records = term_history()
-    real_fold_terms = agents.fold.fold_terms
+    real_fold_terms = agents.fold.agent.fold_terms
 
     def failing_fold_terms(value, record, *args):
         if record.offset == records[1].offset:
             raise RuntimeError("a bug in the fold")
         return real_fold_terms(value, record, *args)
 
-    monkeypatch.setattr(agents.fold, "fold_terms", failing_fold_terms)
+    monkeypatch.setattr(agents.fold.agent, "fold_terms", failing_fold_terms)
     ctx = term_ctx(Delivered())
     await fold_terms_as_the_agent_does(ctx, records)
     assert "the terms fold failed at partition" in caplog.text

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import agents.fold
-from agents.fold import apply_tick, ticked
-from agents.folding import expire, fold
+import agents.fold.agent
+from agents.fold import role_value
+from agents.fold.agent import apply_tick, ticked
+from agents.fold.rules import expire, fold
 from app.factory import build
 from app.settings import Settings
 from coordination import (
@@ -23,7 +24,6 @@ from coordination import (
     Record,
     role_partition,
 )
-from tables import role_state
 from tests.support.faust_events import state_event
 from tests.support.logs import Log
 
@@ -78,7 +78,7 @@ class Watched:
     def __init__(self, monkeypatch) -> None:
         self.published: list[str] = []
         self.decoded = 0
-        real_decode = role_state.decode
+        real_decode = role_value.decode
 
         async def publish(_ctx, events):
             self.published.extend(f"{event.kind} {event.role}" for event in events
@@ -88,8 +88,8 @@ class Watched:
             self.decoded += 1
             return real_decode(raw)
 
-        monkeypatch.setattr(agents.fold, "_publish", publish)
-        monkeypatch.setattr(role_state, "decode", counting_decode)
+        monkeypatch.setattr(agents.fold.agent, "_publish", publish)
+        monkeypatch.setattr(role_value, "decode", counting_decode)
 
 
 async def test_a_tick_reports_its_partition_s_lapses_and_decodes_only_its_values(monkeypatch):
@@ -97,7 +97,7 @@ async def test_a_tick_reports_its_partition_s_lapses_and_decodes_only_its_values
     by_partition = roles_by_partition(3)
     for partition, roles in by_partition.items():
         for role in roles:
-            ctx.tables.role_state[role.encode()] = role_state.encode(
+            ctx.tables.role_state[role.encode()] = role_value.encode(
                 folded(leased(role, NOW - 10_000), partition))
     watched = Watched(monkeypatch)
     await apply_tick(ctx, 2, NOW)
@@ -114,7 +114,7 @@ async def test_a_tick_decodes_only_the_values_due_and_a_folded_lease_is_due_at_i
     renewed = leased(roles[2], NOW + 30_000, NOW + 60_000)
     for i, role in enumerate(roles):  # deadlines 10, 20 and 30 s from now
         records = renewed[:-1] if i == 2 else leased(role, NOW + 10_000 * (i + 1))
-        ctx.tables.role_state[role.encode()] = role_state.encode(folded(records, 1))
+        ctx.tables.role_state[role.encode()] = role_value.encode(folded(records, 1))
     watched = Watched(monkeypatch)
     await apply_tick(ctx, 1, NOW)  # the first tick reads the partition's values once
     assert (watched.published, watched.decoded) == ([], 3)
@@ -124,7 +124,7 @@ async def test_a_tick_decodes_only_the_values_due_and_a_folded_lease_is_due_at_i
     assert (watched.published, watched.decoded) == ([f"lapsed {roles[0]}", f"lapsed {roles[1]}"],
                                                     5)
     # The fold renews the third role's lease: it is due at the new deadline, not the old one.
-    await agents.fold.apply_batch(ctx, [state_event(renewed[-1], 1)])
+    await agents.fold.agent.apply_batch(ctx, [state_event(renewed[-1], 1)])
     before = watched.decoded
     await apply_tick(ctx, 1, NOW + 40_000)
     assert (len(watched.published), watched.decoded - before) == (2, 0)
@@ -140,7 +140,7 @@ async def test_after_a_rebalance_a_tick_finds_the_values_faust_restored_into_the
     await apply_tick(ctx, 3, NOW)  # partition 3 read, and empty
     # Recovery writes the table directly, without the agents, then Faust
     # signals the end of the rebalance.
-    ctx.tables.role_state[restored.encode()] = role_state.encode(
+    ctx.tables.role_state[restored.encode()] = role_value.encode(
         folded(leased(restored, NOW - 1), 3))
     await ctx.app.on_rebalance_complete.send()
     await apply_tick(ctx, 3, NOW)
@@ -152,9 +152,9 @@ async def test_the_timer_ticks_a_partition_only_while_its_index_is_unbuilt_or_a_
     ctx = make_ctx()
     by_partition = roles_by_partition(1)
     lapsing, live = by_partition[1][0], by_partition[2][0]
-    ctx.tables.role_state[lapsing.encode()] = role_state.encode(
+    ctx.tables.role_state[lapsing.encode()] = role_value.encode(
         folded(leased(lapsing, NOW + 5_000), 1))
-    ctx.tables.role_state[live.encode()] = role_state.encode(folded(leased(live, NOW + 30_000), 2))
+    ctx.tables.role_state[live.encode()] = role_value.encode(folded(leased(live, NOW + 30_000), 2))
     watched = Watched(monkeypatch)
     owned = [0, 1, 2]
     assert ticked(ctx, owned, NOW) == owned  # nothing known yet: each tick builds its index
@@ -183,7 +183,7 @@ async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(de
     applied = {role: 2 for role in roles}  # the registration and the first lease
     reference: dict[str, object] = {}
     for role in roles:
-        ctx.tables.role_state[role.encode()] = role_state.encode(
+        ctx.tables.role_state[role.encode()] = role_value.encode(
             folded(histories[role][:2], 0))
         reference[role] = folded(histories[role][:2], 0)
     reported: list[tuple[int, str]] = []
@@ -193,7 +193,7 @@ async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(de
 
     expected: list[tuple[int, str]] = []
     now = NOW
-    agents.fold._publish, saved = publish, agents.fold._publish
+    agents.fold.agent._publish, saved = publish, agents.fold.agent._publish
     try:
         for is_tick, which, seconds in steps:
             role = roles[which % len(roles)]
@@ -207,8 +207,8 @@ async def test_ticks_report_what_a_check_of_every_value_at_every_tick_reports(de
             elif applied[role] < len(histories[role]):
                 record = histories[role][applied[role]]
                 applied[role] += 1
-                await agents.fold.apply_batch(ctx, [state_event(record, 0)])
+                await agents.fold.agent.apply_batch(ctx, [state_event(record, 0)])
                 reference[role], _ = fold(reference[role], record, 0, PARTITIONS)
     finally:
-        agents.fold._publish = saved
+        agents.fold.agent._publish = saved
     assert sorted(reported) == sorted(expected)

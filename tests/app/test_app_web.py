@@ -10,10 +10,12 @@ import pytest
 from aiohttp.test_utils import TestServer, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.folding import Unattributed, fold, fold_unattributed, route
+from agents.fold import partition_value, role_value
+from agents.fold.partition_value import partition_key
+from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from app.factory import build
 from app.settings import Settings
-from app.web import BadRequest, _role_name
+from app.web.views import BadRequest, _role_name
 from coordination import (
     STATE_TOPIC,
     TERMS_TOPIC,
@@ -27,8 +29,6 @@ from coordination import (
     encode_term_key,
     role_partition,
 )
-from tables import partition_state, role_state
-from tables.partition_state import partition_key
 from tests.support.logs import Log
 from tests.support.ports import free_port
 
@@ -67,7 +67,7 @@ class StaticRouter:
 def fold_into(ctx, records: list[Record], partition: int, **checks) -> None:
     """Put folded values in a worker's table store (as its fold agent would,
     given its `placement` and `challenge_stagger` in `checks`)."""
-    values: dict[str, role_state.RoleValue] = {}
+    values: dict[str, role_value.RoleValue] = {}
     skipped = None
     for record in records:
         key = route(record, partition, PARTITIONS)
@@ -77,10 +77,10 @@ def fold_into(ctx, records: list[Record], partition: int, **checks) -> None:
         value, _ = fold(values.get(key.role), record, partition, PARTITIONS, **checks)
         values[key.role] = value
     for role, value in values.items():
-        ctx.tables.role_state.data[role.encode()] = role_state.encode(value)
+        ctx.tables.role_state.data[role.encode()] = role_value.encode(value)
     if skipped is not None:
         ctx.tables.partition_state.data[partition_key(partition)] = (
-            partition_state.encode(skipped))
+            partition_value.encode(skipped))
 
 
 class Worker:

@@ -14,11 +14,11 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from faust.exceptions import ProducerSendError
 
-import agents.fold
-from agents.fold import FOLD_RETRY_MS, apply_batch, until_applied
-from agents.folding import fold
+import agents.fold.agent
+from agents.fold import role_value
+from agents.fold.agent import FOLD_RETRY_MS, apply_batch, until_applied
+from agents.fold.rules import fold
 from coordination import Record
-from tables import role_state
 from tests.app.test_app_tick import PARTITIONS, leased, make_ctx, roles_by_partition
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks
@@ -90,7 +90,7 @@ async def test_a_batch_writes_each_role_once_in_its_own_partition(ctx):
     assert sorted(table.writes) == sorted((role.encode(), partition)
                                           for role, (partition, _) in histories.items())
     expected = one_by_one(histories)
-    assert {key.decode(): role_state.decode(raw) for key, raw in table.items()} == expected
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == expected
 
 
 async def test_a_batch_continues_from_the_values_earlier_batches_wrote(ctx):
@@ -99,7 +99,7 @@ async def test_a_batch_continues_from_the_values_earlier_batches_wrote(ctx):
     for start in range(0, len(batch), 3):
         await apply_batch(ctx, batch[start:start + 3])
     table = ctx.tables.role_state
-    assert {key.decode(): role_state.decode(raw) for key, raw in table.items()} == \
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == \
         one_by_one(histories)
 
 
@@ -110,7 +110,7 @@ async def test_a_batch_publishes_each_record_s_events_in_the_batch_s_order(ctx):
     expected, values = [], {}
     for event in batch:
         message = event.message
-        record = agents.fold._record(message)
+        record = agents.fold.agent._record(message)
         role = next(r for r, (_, records) in histories.items() if record in records)
         values[role], changes = fold(values.get(role), record, message.partition, PARTITIONS)
         expected.extend(changes)
@@ -122,14 +122,14 @@ async def test_a_record_the_fold_fails_on_costs_only_that_record(ctx, monkeypatc
     histories = histories_in_two_partitions()
     batch = interleaved(histories)
     broken = batch[1].message.offset, batch[1].message.partition
-    real_fold = agents.fold.fold
+    real_fold = agents.fold.agent.fold
 
     def failing_fold(value, record, partition, partitions, **kwargs):
         if (record.offset, partition) == broken:
             raise RuntimeError("a bug in the fold")
         return real_fold(value, record, partition, partitions, **kwargs)
 
-    monkeypatch.setattr(agents.fold, "fold", failing_fold)
+    monkeypatch.setattr(agents.fold.agent, "fold", failing_fold)
     await apply_batch(ctx, batch)
     assert "fold failed at partition" in caplog.text
     # Every role is written; only the broken record's role misses that record.

@@ -10,8 +10,13 @@ resolved to the worker module it names.
   `app.factory`, which builds the project's own app; and `app.main`, which
   builds the worker from the environment) is imported by nothing in
   `agents` or `tables`, nor elsewhere in `app`.
-- The context (`app.context`) imports no agent and no table module; the only
-  worker modules it imports (settings, metrics) import no worker module.
+- The context (`app.context`) imports no agent and no table module but the
+  agents' own description of what they are given (`agents.context`) and the
+  fold's due index; every other worker module it imports (settings, metrics,
+  feed, readiness) imports no worker module.
+- `agents` and `tables` import nothing of `app`: what they need of the
+  composition root comes in as an argument (`agents.context.AgentContext`).
+  So the packages, too, form layers: `app` over `agents` and `tables`.
 - Only `app.install` wires the parts: the modules that install agents,
   the role service and the web view, and the one that declares the tables,
   are imported by it alone (one wiring path, for the project's app and a
@@ -32,14 +37,17 @@ PACKAGES = ("app", "agents", "tables")
 COMPOSITION_ROOT = {"app.install", "app.factory", "app.main"}
 WIRING = "app.install"
 CONTEXT = "app.context"
-WIRED = {"agents.fold", "agents.service", "app.web", "tables.faust_tables"}
+WIRED = {"agents.fold.agent", "agents.service", "app.web.views", "tables.faust_tables"}
+AGENTS_OWN = {"agents.context", "agents.fold.due"}
+"""What the context may import of the agents: leaves that import no `app` module."""
 
 
 def _module_files() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if path.stem == "__init__" else parts)
             modules[name] = path
     return modules
 
@@ -70,7 +78,7 @@ def _imports(module: str) -> set[str]:
                 parts = package.split(".")
                 parts = parts[:len(parts) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
-            # ``from app import web`` imports the module app.web.
+            # ``from app import web`` imports the module app.web.views.
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                      for alias in node.names]
         else:
@@ -124,9 +132,10 @@ def importers_of(target: str) -> set[str]:
 
 def test_the_graph_sees_the_worker_s_modules():
     # A parser that found nothing would pass every check below.
-    assert {"app.install", "app.context", "agents.fold", "tables.role_state"} <= set(MODULES)
-    assert "agents.fold" in GRAPH["app.install"]
-    assert "app.web" in GRAPH["app.install"]  # ``from app import ... web``
+    assert {"app.install", "app.context", "agents.fold.agent",
+            "agents.fold.role_value"} <= set(MODULES)
+    assert "agents.fold.agent" in GRAPH["app.install"]
+    assert "app.web.views" in GRAPH["app.install"]  # ``from app.web import views``
 
 
 def test_no_worker_module_is_part_of_an_import_cycle():
@@ -140,8 +149,26 @@ def test_only_the_composition_root_imports_the_composition_root(root):
 
 def test_the_context_imports_no_agent_and_no_table_module():
     imported = GRAPH[CONTEXT]
-    assert {m for m in imported if m.split(".")[0] in ("agents", "tables")} == set()
-    assert {m: GRAPH[m] for m in imported if GRAPH[m]} == {}
+    assert {m for m in imported if _package(m) in ("agents", "tables")} <= AGENTS_OWN
+    assert {m: GRAPH[m] for m in imported - AGENTS_OWN if GRAPH[m]} == {}
+    assert all(_package(m) == "agents" for own in AGENTS_OWN for m in GRAPH[own])
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+@pytest.mark.parametrize("package", ["agents", "tables"])
+def test_agents_and_tables_import_nothing_of_app(package):
+    importing = {module: sorted(m for m in imported if _package(m) == "app")
+                 for module, imported in GRAPH.items() if _package(module) == package}
+    assert {module: app for module, app in importing.items() if app} == {}
+
+
+def test_the_worker_s_packages_import_one_another_without_a_cycle():
+    between = {(_package(module), _package(m)) for module, imported in GRAPH.items()
+               for m in imported if _package(m) != _package(module)}
+    assert not {(a, b) for a, b in between if (b, a) in between}, between
 
 
 @pytest.mark.parametrize("wired", sorted(WIRED))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from agents.fold.partition_value import PartitionValue
+from agents.fold.role_value import MAX_ERRORS, RoleValue
 from coordination import RoleState
 from coordination.json_forms import (
     Status,
@@ -23,8 +25,6 @@ from coordination.json_forms import (
     status_of,
 )
 from coordination.json_forms import summary_json as summary
-from tables.partition_state import PartitionValue
-from tables.role_state import MAX_ERRORS, RoleValue
 
 __all__ = [
     "Skips",

@@ -1,11 +1,11 @@
 """When each role's table value next has a lapse to report, per state partition.
 
 The tick agent reports the lapses nobody wrote a record about
-(`agents.fold.apply_tick`). Decoding every value of the ticked partition at
+(`agents.fold.agent.apply_tick`). Decoding every value of the ticked partition at
 every tick cost the worker N/16 decodes a tick at 16 partitions, N decodes a
 second at one tick a second: at 10 000 roles, most of a core. This index
 keeps, per state partition, the time at which each role's value is next due
-(`agents.folding.due_at`), so a tick decodes only the values due.
+(`agents.fold.rules.due_at`), so a tick decodes only the values due.
 
 It is derived from the table and kept in memory only:
 

@@ -1,7 +1,7 @@
 """``GET /events/``: the leadership events as server-sent events (text/event-stream).
 
 Each worker's fold publishes the events of the state partitions it owns
-(`app.feed`). With ``scope=local`` a worker streams its own; without, it
+(`app.web.feed`). With ``scope=local`` a worker streams its own; without, it
 streams every worker's: its own, and each other worker's ``scope=local``
 stream relayed (the workers are those owning partitions, looked up again
 every `PEER_CHECK` seconds, so a worker that joins is relayed from then on).
@@ -37,11 +37,11 @@ import aiohttp
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
-from app.feed import QUEUE_SIZE, Dropped, EventFeed, Subscription
+from app.web.feed import QUEUE_SIZE, Dropped, EventFeed, Subscription
 
 __all__ = ["HEARTBEAT", "PEER_CHECK", "RETRY_MS", "stream_events"]
 
-log = logging.getLogger("app.event_stream")
+log = logging.getLogger("app.web.event_stream")
 
 HEARTBEAT = 15.0
 """Seconds between ping comments."""

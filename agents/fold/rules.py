@@ -7,7 +7,7 @@ operator CLI's ``watch`` uses too). `route` says which role a record
 belongs to, or why none can own it (`fold_unattributed` counts those per
 partition). `expire` is the tick: it reports a lapse that no record
 revealed. Nothing here raises for bad bytes, reads a clock or imports Faust;
-the agent in `agents.fold` does the I/O.
+the agent in `agents.fold.agent` does the I/O.
 
 Lapses are judged by time: a tick's wall clock, or the Kafka timestamp of the
 role's next record (the writer's clock, like every lease deadline). A lapse is
@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agents.events import LeadershipEvent
+from agents.fold.partition_value import PartitionValue, SkipKind
+from agents.fold.role_value import MAX_ERRORS, MAX_TENURES, RoleValue
 from coordination import (
     Elected,
     FormatError,
@@ -42,8 +44,6 @@ from coordination import (
 )
 from coordination.events import change_event, lease_event, term_change_event, term_lapse
 from coordination.term_fold import TermFold, TermView
-from tables.partition_state import PartitionValue, SkipKind
-from tables.role_state import MAX_ERRORS, MAX_TENURES, RoleValue
 
 __all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_terms",
            "fold_unattributed", "route", "route_term"]

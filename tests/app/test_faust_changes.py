@@ -1,14 +1,17 @@
-"""The faust-streaming patches of `app.faust_patches`: what they change, and
-that every private name they rely on is still there (a Faust or aiokafka
-upgrade that renames one must fail here, not in production)."""
+"""The worker's changes to faust-streaming, mode-streaming and aiokafka
+(`app.faust_changes`): what each changes, that Faust's own classes are left as
+they are, and that every private name they rely on is still there (a Faust or
+aiokafka upgrade that renames one must fail here, not in production).
+
+A change is a mixin over one of Faust's classes; a test of one either uses the
+worker's subclass built by `app.faust_changes.classes` or puts the mixin over a
+stand-in for the Faust class it extends."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import inspect
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -33,8 +36,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
-from app import faust_patches
-from app.faust_internals import FAUST, MODE
+from app.faust_changes import ChangedApp, classes, fetching, producing, recovering
+from app.faust_changes.registry import CHANGES
 
 RebalanceAgain = faust_recovery.RebalanceAgain
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +45,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 async def recovery():
-    """Faust's own table-recovery service of an app that is never started."""
-    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
-    return app.tables.recovery
+    """The worker's table-recovery service of an app that is never started."""
+    return _app("change-test").tables.recovery
+
+
+def _app(name: str, **options: object) -> ChangedApp:
+    """An app of the worker's Faust classes, never started."""
+    return ChangedApp(name, broker="kafka://127.0.0.1:1", store="memory://", **options)
 
 
 class Step:
@@ -61,7 +68,7 @@ class Step:
         return "done"
 
 
-# --- the recovery patch --------------------------------------------------------------
+# --- FAUST-1: a step of a superseded recovery never starts ----------------------------
 
 
 async def test_a_step_of_a_superseded_recovery_is_never_started(recovery):
@@ -69,33 +76,33 @@ async def test_a_step_of_a_superseded_recovery_is_never_started(recovery):
     step = Step()
     coro = step()
     with pytest.raises(RebalanceAgain):
-        await faust_patches._recovery_wait(recovery, coro)
+        await recovery._wait(coro)
     assert not step.ran
     assert coro.cr_frame is None  # closed: no "coroutine was never awaited" warning
 
 
-async def test_unpatched_faust_runs_it_and_its_error_wins_over_the_rebalance(recovery):
+async def test_faust_s_own_wait_runs_it_and_its_error_wins_over_the_rebalance(recovery):
     """The crash, in miniature: with a rebalance already pending, Faust's own
     ``_wait`` still starts the step, and a seek that fails at once (offset
     None) raises its ValueError instead of RebalanceAgain."""
     recovery.signal_recovery_start.set()
     seek = Step(ValueError("Offset must be a positive integer"))
     with pytest.raises(ValueError, match="positive integer"):
-        await faust_patches._original_recovery_wait(recovery, seek())
+        await faust_recovery.Recovery._wait(recovery, seek())
     assert seek.ran
-    patched = Step(ValueError("Offset must be a positive integer"))
+    changed = Step(ValueError("Offset must be a positive integer"))
     with pytest.raises(RebalanceAgain):
-        await faust_patches._recovery_wait(recovery, patched())
-    assert not patched.ran
+        await recovery._wait(changed())
+    assert not changed.ran
 
 
 async def test_without_a_pending_rebalance_the_step_runs_as_before(recovery):
     step = Step()
-    await faust_patches._recovery_wait(recovery, step())
+    await recovery._wait(step())
     assert step.ran
     failing = Step(ValueError("a real error"))
     with pytest.raises(ValueError, match="a real error"):
-        await faust_patches._recovery_wait(recovery, failing())
+        await recovery._wait(failing())
 
 
 async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery):
@@ -110,53 +117,68 @@ async def test_a_rebalance_during_the_step_still_raises_rebalance_again(recovery
 
     rebalance = asyncio.create_task(rebalance_soon())
     with pytest.raises(RebalanceAgain):
-        await faust_patches._recovery_wait(recovery, slow_step())
+        await recovery._wait(slow_step())
     await rebalance
 
 
-def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch):
-    original = faust_patches._original_recovery_wait
-    original_queue = faust_patches.FAUST_CHANGELOG_QUEUE
-    monkeypatch.setattr(faust_recovery.Recovery, "_wait", original)
-    monkeypatch.setattr(faust_tables_manager.TableManager, "changelog_queue", original_queue)
-    monkeypatch.setattr(faust_consumer.Consumer, "_wait_next_records",
-                        faust_patches._original_wait_next_records)
-    monkeypatch.setattr(faust_consumer.ThreadDelegateConsumer, "position",
-                        faust_patches._original_position)
-    monkeypatch.setattr(faust_tables_manager.TableManager, "on_start",
-                        faust_patches._original_table_manager_on_start)
-    assert not FAUST.covers("0.99.0")
-    assert not MODE.covers("0.99.0")
-    assert not faust_patches._patch_recovery("0.99.0", "0.7.1")
-    assert not faust_patches._patch_recovery("0.15.3", "0.99.0")
-    assert faust_recovery.Recovery._wait is original
-    assert (faust_tables_manager.TableManager.on_start
-            is faust_patches._original_table_manager_on_start)
-    assert faust_tables_manager.TableManager.changelog_queue is original_queue
-    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._original_position
-    assert faust_patches._patch_recovery("0.15.3", "0.7.1")
-    assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
-    assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
-    assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
-    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
-    assert faust_tables_manager.TableManager.on_start is faust_patches._table_manager_on_start
+def _versions(faust_version: str = "0.15.3", mode_version: str = "0.7.1") -> dict[str, str]:
+    return {"faust-streaming": faust_version, "mode-streaming": mode_version,
+            "aiokafka": "0.14.0"}
 
 
-# --- the recovery's end found without ten idle seconds ---------------------------------
+def _mixins(worker_classes) -> set[type]:
+    """Every mixin in the MRO of the worker's classes."""
+    transport = worker_classes.transport
+    built = (transport.Consumer, transport.Consumer.ConsumerThread, transport.Producer,
+             transport.Producer.ProducerBuffer, transport.TransactionManager,
+             worker_classes.table_manager, worker_classes.table_manager.Recovery,
+             worker_classes.flow_control)
+    return {cls for each in built for cls in each.__mro__}
+
+
+@pytest.mark.parametrize("versions", [_versions("0.99.0"), _versions(mode_version="0.99.0")])
+def test_on_an_untested_version_no_exact_change_is_applied(versions):
+    worker_classes = classes(versions)
+    exact = {change.id for change in CHANGES if change.exact}
+    assert {change.id for change in worker_classes.left_out} == exact
+    assert exact >= {"FAUST-1", "FAUST-2", "FAUST-6", "FAUST-7", "FAUST-10", "FAUST-12",
+                     "FAUST-13", "FAUST-15"}
+    mixins = _mixins(worker_classes)
+    for change in CHANGES:
+        assert (set(change.mixins.values()) <= mixins) is (not change.exact), change.id
+
+
+def test_on_the_tested_versions_every_change_is_applied():
+    worker_classes = classes(_versions())
+    assert worker_classes.left_out == ()
+    assert worker_classes.applied == CHANGES
+    assert {mixin for change in CHANGES for mixin in change.mixins.values()} <= _mixins(
+        worker_classes)
+
+
+def test_an_app_on_an_untested_version_says_which_changes_it_leaves_out(monkeypatch, caplog):
+    monkeypatch.setattr("app.faust_changes.installed_versions", lambda: _versions("0.99.0"))
+    with caplog.at_level("WARNING", logger="app.faust_changes"):
+        app = _app("change-test-untested")
+    assert recovering.SupersededStepsNeverStart not in type(app.tables.recovery).__mro__
+    assert "FAUST-1, FAUST-2" in caplog.text
+    assert "not applied" in caplog.text
+
+
+# --- FAUST-2: the recovery's end found without ten idle seconds ----------------------
 
 
 def test_the_tables_changelog_queue_is_the_recovery_queue():
-    faust_patches.apply()
-    app = faust.App("patch-test-queue", broker="kafka://127.0.0.1:1", store="memory://")
+    app = _app("change-test-queue")
     queue = app.tables.changelog_queue
-    assert isinstance(queue, faust_patches.RecoveryQueue)
+    assert isinstance(queue, recovering.RecoveryQueue)
     assert queue is app.tables.changelog_queue  # one queue, as Faust's property keeps
     assert queue.maxsize == app.conf.stream_buffer_maxsize
 
 
 async def test_an_empty_changelog_queue_gives_up_after_the_idle_time_with_timeout_error():
-    app = faust.App("patch-test-idle", broker="kafka://127.0.0.1:1", store="memory://")
-    queue = faust_patches.RecoveryQueue(flow_control=app.flow_control)
+    app = _app("change-test-idle")
+    queue = recovering.RecoveryQueue(flow_control=app.flow_control)
     loop = asyncio.get_running_loop()
     started = loop.time()
     # The TimeoutError the recovery loop's own ``wait_for(..., timeout=5.0)`` raises
@@ -178,7 +200,7 @@ def test_the_recovery_loop_still_ends_a_transactional_recovery_after_two_idle_po
     assert "await detect_aborted_tx()" in source
 
 
-# --- a partition recovered only once the records before its position are applied -------
+# --- FAUST-6: a partition recovered only once the records before its position are applied
 
 
 class Record:
@@ -186,101 +208,101 @@ class Record:
         self.offset = offset
 
 
-class Consumer:
-    """What the position patch uses of Faust's consumer: the app's changelog queue."""
+class _FaustConsumer:
+    """A stand-in for Faust's consumer: its thread says every partition is at offset
+    100, and its next batch is what the test puts in `batch`."""
 
     def __init__(self) -> None:
-        app = faust.App("patch-test-position", broker="kafka://127.0.0.1:1",
-                        store="memory://")
-        self.app = app
+        self.app = _app("change-test-position")
+        self.batch: dict[object, list[Record]] = {}
+
+    async def position(self, tp: object) -> int | None:
+        return 100
+
+    async def _wait_next_records(self, timeout: float) -> tuple[dict, set]:  # noqa: ASYNC109
+        batch, self.batch = self.batch, {}
+        return batch, set(batch)
+
+
+class _Consumer(recovering.PositionNotPastInFlight, recovering.PositionOfUnsought,
+                _FaustConsumer):
+    """The two changes to the consumer's positions, in the worker's order."""
 
 
 @pytest.fixture
-def consumer(monkeypatch):
-    """A consumer whose thread says every partition is at offset 100, and whose next
-    batch is what the test puts in `consumer.batch`."""
-    consumer = Consumer()
-    consumer.batch = {}
-
-    async def position(self, tp):
-        return 100
-
-    async def wait_next_records(self, timeout):  # noqa: ASYNC109 (Faust's signature)
-        batch, self.batch = self.batch, {}
-        return batch, set(batch)
-    monkeypatch.setattr(faust_patches, "_original_position", position)
-    monkeypatch.setattr(faust_patches, "_original_wait_next_records", wait_next_records)
-    return consumer
+def consumer():
+    return _Consumer()
 
 
 async def test_a_position_is_not_past_the_first_record_of_a_batch_the_fetcher_still_holds(
         consumer):
     consumer.batch = {"tp-a": [Record(40), Record(41)]}
-    await faust_patches._wait_next_records(consumer, 1.0)
-    assert await faust_patches._position(consumer, "tp-a") == 40
-    assert await faust_patches._position(consumer, "tp-b") == 100  # not in the batch
+    await consumer._wait_next_records(1.0)
+    assert await consumer.position("tp-a") == 40
+    assert await consumer.position("tp-b") == 100  # not in the batch
 
 
 async def test_a_handed_on_batch_still_in_the_changelog_queue_holds_the_position_back(consumer):
     consumer.batch = {"tp-a": [Record(40)]}
-    await faust_patches._wait_next_records(consumer, 1.0)
+    await consumer._wait_next_records(1.0)
     queue = consumer.app.tables.changelog_queue
     queue.put_nowait("the batch's event, not yet taken by the recovery")
-    await faust_patches._wait_next_records(consumer, 1.0)  # the fetcher asks for the next
-    assert await faust_patches._position(consumer, "tp-a") == 40
+    await consumer._wait_next_records(1.0)  # the fetcher asks for the next
+    assert await consumer.position("tp-a") == 40
     queue.get_nowait()
-    assert await faust_patches._position(consumer, "tp-a") == 100
+    assert await consumer.position("tp-a") == 100
 
 
 async def test_once_nothing_is_in_flight_the_position_is_the_consumer_s_from_then_on(consumer):
     consumer.batch = {"tp-a": [Record(40)]}
-    await faust_patches._wait_next_records(consumer, 1.0)
-    await faust_patches._wait_next_records(consumer, 1.0)
-    assert await faust_patches._position(consumer, "tp-a") == 100
+    await consumer._wait_next_records(1.0)
+    await consumer._wait_next_records(1.0)
+    assert await consumer.position("tp-a") == 100
     consumer.batch = {"tp-b": [Record(7)]}  # a later batch holds back only its partitions
-    await faust_patches._wait_next_records(consumer, 1.0)
-    assert await faust_patches._position(consumer, "tp-a") == 100
-    assert await faust_patches._position(consumer, "tp-b") == 7
+    await consumer._wait_next_records(1.0)
+    assert await consumer.position("tp-a") == 100
+    assert await consumer.position("tp-b") == 7
 
 
 def test_the_recovery_still_ends_a_partition_at_the_main_loop_consumer_s_position():
-    """What the position patch relies on: the recovery asks the app's consumer (the
-    main loop's, which the patch wraps), the fetcher asks it for each batch, and the
+    """What FAUST-6 relies on: the recovery asks the app's consumer (the main
+    loop's, which the change extends), the fetcher asks it for each batch, and the
     position goes through the consumer thread."""
     slurp = inspect.getsource(faust_recovery.Recovery._slurp_changelogs.fun)
     assert "await self.app.consumer.position(tp)" in slurp
     assert "offsets[tp] = highwater" in slurp
     getmany = inspect.getsource(faust_consumer.Consumer.getmany)
     assert "await self._wait_next_records(timeout)" in getmany
-    assert _parameters(faust_patches._original_wait_next_records) == ["self", "timeout"]
-    position = inspect.getsource(faust_patches._original_position)
+    assert _parameters(faust_consumer.Consumer._wait_next_records) == ["self", "timeout"]
+    position = inspect.getsource(faust_consumer.ThreadDelegateConsumer.position)
     assert "self._thread.position(tp)" in position
     assert issubclass(faust_aiokafka.Consumer, faust_consumer.ThreadDelegateConsumer)
 
 
-def test_the_installed_faust_is_patched():
-    assert FAUST.covers(faust.__version__)
-    faust_patches.apply()
-    assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
-    assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
-    assert faust_aiokafka.AIOKafkaConsumerThread._highwaters is faust_patches._highwaters
-    assert faust_aiokafka.Producer.commit_transactions is faust_patches._commit_transactions
-    assert faust_aiokafka.Producer.flush is faust_patches._flush
-    assert ProducerBuffer._send_pending is faust_patches._send_pending
-    assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
-    assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
-    assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
-    assert faust_aiokafka.AIOKafkaConsumerThread._fetch_records is faust_patches._fetch_records
-    assert faust_aiokafka.Producer._producer_type.fget is faust_patches._producer_type
-    assert FlowControlEvent.resume is faust_patches._flow_resume
-    assert FlowControlEvent.clear is faust_patches._flow_clear
-    assert faust_consumer.Consumer._drain_messages is faust_patches._drain_messages
-    assert faust_consumer.Consumer.seek is faust_patches._seek
-    assert faust_recovery.Recovery._build_highwaters is faust_patches._build_highwaters
-    assert faust_recovery.Recovery._seek_offsets is faust_patches._seek_offsets
+def test_the_worker_s_app_is_built_of_the_worker_s_classes_and_another_app_is_not():
+    worker = _app("change-test-scoped")
+    plain = faust.App("change-test-plain", broker="kafka://127.0.0.1:1", store="memory://")
+    transport = worker.worker_classes.transport
+    assert type(worker.transport) is transport
+    assert type(worker.consumer) is transport.Consumer
+    assert type(worker.consumer._thread) is transport.Consumer.ConsumerThread
+    assert type(worker.producer) is transport.Producer
+    assert type(worker.producer.buffer) is transport.Producer.ProducerBuffer
+    assert type(worker.tables) is worker.worker_classes.table_manager
+    assert type(worker.tables.recovery) is worker.worker_classes.table_manager.Recovery
+    assert type(worker.flow_control) is worker.worker_classes.flow_control
+    assert type(plain.transport) is faust_aiokafka.Transport
+    assert type(plain.consumer) is faust_aiokafka.Consumer
+    assert type(plain.consumer._thread) is faust_aiokafka.AIOKafkaConsumerThread
+    assert type(plain.producer) is faust_aiokafka.Producer
+    assert type(plain.producer.buffer) is ProducerBuffer
+    assert type(plain.tables) is faust_tables_manager.TableManager
+    assert type(plain.tables.recovery) is faust_recovery.Recovery
+    assert type(plain.flow_control) is FlowControlEvent
+    assert type(plain.tables.changelog_queue) is not recovering.RecoveryQueue
 
 
-# --- commits carry the table writes of the events whose offsets they commit ---------
+# --- FAUST-4, FAUST-5, FAUST-7, FAUST-16: commits carry their events' table writes ---
 
 
 class _Log(list):
@@ -312,18 +334,43 @@ class _TransactionProducer:
         self.in_transaction = True
 
 
-def _buffer() -> ProducerBuffer:
-    buffer = ProducerBuffer()
+def _buffer(buffer_type: type[ProducerBuffer] | None = None) -> ProducerBuffer:
+    """The worker's producer buffer (or one of `buffer_type`), outside any producer."""
+    buffer_type = buffer_type or classes().transport.Producer.ProducerBuffer
+    buffer = buffer_type()
     buffer.app = types.SimpleNamespace(conf=types.SimpleNamespace(producer_threaded=False))
     return buffer
 
 
-def _transactional(log: _Log) -> tuple[ProducerBuffer, types.SimpleNamespace]:
-    """A producer buffer, and a Faust producer of one transaction ("tid") around it."""
+class _FaustProducer:
+    """A stand-in for Faust's producer: its commit ends each transaction in turn,
+    and its flush notes that it flushed the client."""
+
+    def __init__(self, buffer: object, producers: dict[str, _TransactionProducer]) -> None:
+        self.buffer = buffer
+        self._transaction_producers = producers
+        self._trn_locks = {tid: asyncio.Lock() for tid in producers}
+        self.client_flushed = False
+
+    async def commit_transactions(self, tid_to_offset_map: dict, group_id: str,
+                                  start_new_transaction: bool = True) -> None:
+        for tid, offsets in tid_to_offset_map.items():
+            await self._transaction_producers[tid].send_offsets_to_transaction(offsets, group_id)
+            await self._transaction_producers[tid].commit_transaction()
+
+    async def flush(self) -> None:
+        self.client_flushed = True
+
+
+class _Producer(producing.CommitFlushesFirst, producing.CommitsSideBySide,
+                producing.AtLeastOnceFlushDrains, _FaustProducer):
+    """The worker's changes to the producer, in the worker's order."""
+
+
+def _transactional(log: _Log) -> tuple[ProducerBuffer, _Producer]:
+    """The worker's producer buffer, and a producer of one transaction ("tid") around it."""
     buffer = _buffer()
-    return buffer, types.SimpleNamespace(
-        buffer=buffer, _trn_locks={"tid": asyncio.Lock()},
-        _transaction_producers={"tid": _TransactionProducer(log)})
+    return buffer, _Producer(buffer, {"tid": _TransactionProducer(log)})
 
 
 @pytest.mark.parametrize("start_new_transaction", [True, False])
@@ -338,8 +385,7 @@ async def test_a_commit_first_sends_the_table_writes_waiting_in_the_producer_buf
     try:
         for _ in range(3):  # an event's table writes, buffered; the event is acked
             buffer.put(types.SimpleNamespace(message=types.SimpleNamespace(channel=_Channel(log))))
-        await faust_patches._commit_transactions(producer, {"tid": {}}, "group",
-                                                 start_new_transaction)
+        await producer.commit_transactions({"tid": {}}, "group", start_new_transaction)
     finally:
         await buffer.stop()
     assert log == ["send table write"] * 3 + ["send offsets", "commit"]
@@ -365,7 +411,6 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
     taken off and was sending was in no count, the commit sent the offsets of
     its event and ended the transaction first, and the write landed in the
     next transaction, or after the final commit in none."""
-    faust_patches.apply()
     log = _Log()
     gate = asyncio.Event()
     buffer, producer = _transactional(log)
@@ -375,9 +420,9 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
             message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
         await _until(lambda: log == ["take table write"], within=5)
         assert buffer.size == 0  # out of the queue, not yet in the transaction
-        commit = asyncio.ensure_future(faust_patches._commit_transactions(
-            producer, {"tid": {}}, "group", start_new_transaction))
-        under_way = faust_patches.SendsUnderWay.of(buffer)
+        commit = asyncio.ensure_future(producer.commit_transactions(
+            {"tid": {}}, "group", start_new_transaction))
+        under_way = buffer.under_way
         await _until(lambda: commit.done() or under_way.waiting, within=5)
         gate.set()
         await asyncio.wait_for(commit, 5)
@@ -393,8 +438,7 @@ async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_
 ):
     """A commit that went ahead of a write it could not send committed the offset of
     the write's event: a crash before the next commit lost the write for good."""
-    faust_patches.apply()
-    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    monkeypatch.setattr(producing, "FLUSH_SECONDS", 0.2)
     log = _Log()
     gate = asyncio.Event()  # the send under way never ends while the commit waits
     buffer, producer = _transactional(log)
@@ -404,9 +448,8 @@ async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_
             buffer.put(types.SimpleNamespace(
                 message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
         await _until(lambda: "take table write" in log, within=5)
-        with pytest.raises(faust_patches.UnflushedWritesError) as failed:
-            await asyncio.wait_for(faust_patches._commit_transactions(
-                producer, {"tid": {}}, "group"), 5)
+        with pytest.raises(producing.UnflushedWritesError) as failed:
+            await asyncio.wait_for(producer.commit_transactions({"tid": {}}, "group"), 5)
     finally:
         gate.set()
         # Faust's buffer refuses to stop with writes in its queue.
@@ -420,29 +463,22 @@ async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_
 async def test_an_at_least_once_flush_that_cannot_send_the_table_writes_fails_the_commit(
     monkeypatch,
 ):
-    faust_patches.apply()
-    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    monkeypatch.setattr(producing, "FLUSH_SECONDS", 0.2)
     log = _Log()
     gate = asyncio.Event()
     buffer = _buffer()
-    client_flushed = []
-
-    async def original_flush(self) -> None:
-        client_flushed.append(True)
-
-    monkeypatch.setattr(faust_patches, "_original_flush", original_flush)
-    producer = types.SimpleNamespace(buffer=buffer)
+    producer = _Producer(buffer, {})
     await buffer.start()
     try:
         buffer.put(types.SimpleNamespace(
             message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
-        with pytest.raises(faust_patches.UnflushedWritesError):
-            await asyncio.wait_for(faust_patches._flush(producer), 5)
+        with pytest.raises(producing.UnflushedWritesError):
+            await asyncio.wait_for(producer.flush(), 5)
     finally:
         gate.set()
         await buffer.stop()
     # Faust commits the offsets only once the flush has returned.
-    assert client_flushed == []
+    assert not producer.client_flushed
 
 
 class _OverlappingProducer(_TransactionProducer):
@@ -462,18 +498,16 @@ class _OverlappingProducer(_TransactionProducer):
         await super().commit_transaction()
 
 
-def _committing(producers: dict[str, _TransactionProducer]) -> types.SimpleNamespace:
-    buffer = types.SimpleNamespace(size=0, state="running")
-    return types.SimpleNamespace(buffer=buffer, _transaction_producers=producers,
-                                 _trn_locks={tid: asyncio.Lock() for tid in producers})
+def _committing(producers: dict[str, _TransactionProducer]) -> _Producer:
+    return _Producer(types.SimpleNamespace(size=0, state="running"), producers)
 
 
 async def test_the_partitions_of_a_commit_end_their_transactions_side_by_side():
     log = _Log()
     all_sent = asyncio.Barrier(3)
     producers = {f"tid-{i}": _OverlappingProducer(log, all_sent) for i in range(3)}
-    await asyncio.wait_for(faust_patches._commit_transactions(
-        _committing(producers), {tid: {} for tid in producers}, "group"), 5)
+    await asyncio.wait_for(_committing(producers).commit_transactions(
+        {tid: {} for tid in producers}, "group"), 5)
     assert log == ["send offsets"] * 3 + ["commit"] * 3
     assert all(producer.in_transaction for producer in producers.values())  # begun again
 
@@ -485,8 +519,8 @@ async def test_a_failed_partition_commit_is_raised_once_the_others_have_ended():
     producers = {"fenced": _OverlappingProducer(log, all_sent, error=fenced),
                  "fine": _OverlappingProducer(log, all_sent)}
     with pytest.raises(faust_aiokafka.ProducerFenced):
-        await asyncio.wait_for(faust_patches._commit_transactions(
-            _committing(producers), {tid: {} for tid in producers}, "group"), 5)
+        await asyncio.wait_for(_committing(producers).commit_transactions(
+            {tid: {} for tid in producers}, "group"), 5)
     assert log == ["send offsets", "send offsets", "commit"]
 
 
@@ -502,26 +536,31 @@ class _TransactionalProducers:
         self.stopped.append(transactional_id)
 
 
-async def test_a_rebalance_stops_the_producers_of_the_partitions_no_longer_active_here(
-    monkeypatch,
-):
+async def test_a_rebalance_stops_the_producers_of_the_partitions_no_longer_active_here():
     """Faust stopped only the producers of revoked partitions that did not stay as
     standbys; a partition that went to another worker and came back found its
     old producer, fenced by the other worker's, and the next commit crashed the
     worker with ProducerFenced."""
     seen_by_faust: list[list[str]] = []
 
-    async def faust_own_step(self, assigned, revoked, newly_assigned) -> None:
-        seen_by_faust.append(sorted(self.producer._transaction_producers))
+    class FaustTransactionManager:
+        def __init__(self, producer: _TransactionalProducers) -> None:
+            self.producer = producer
 
-    monkeypatch.setattr(faust_patches, "_original_on_rebalance", faust_own_step)
+        def _tps_to_transactional_ids(self, tps: set) -> set[str]:
+            return {f"app-{group}-{p}" for group, p in tps}
+
+        async def on_rebalance(self, assigned, revoked, newly_assigned) -> None:
+            seen_by_faust.append(sorted(self.producer._transaction_producers))
+
+    class Manager(producing.FencedProducersStopped, FaustTransactionManager):
+        pass
+
     producer = _TransactionalProducers(["app-0-0", "app-1-0", "app-1-1", "app-1-2"])
-    manager = types.SimpleNamespace(
-        producer=producer,
-        _tps_to_transactional_ids=lambda tps: {f"app-{group}-{p}" for group, p in tps})
+    manager = Manager(producer)
     # Partition 1 of group 1 went to another worker (this one keeps its changelog
     # as a standby, so Faust's revoked set does not name its producer).
-    await faust_patches._on_rebalance(manager, {(0, 0), (1, 0), (1, 2)}, set(), set())
+    await manager.on_rebalance({(0, 0), (1, 0), (1, 2)}, set(), set())
     assert producer.stopped == ["app-1-1"]
     assert seen_by_faust == [["app-0-0", "app-1-0", "app-1-2"]]
 
@@ -546,16 +585,15 @@ async def test_an_at_least_once_flush_sends_every_buffered_table_write_before_it
     """Faust flushes the producer before an at-least-once offset commit; its buffer
     flush gave up after 0.1 s without a send, so the commit could carry offsets
     whose table writes were still buffered, or still being sent."""
-    faust_patches.apply()
     log = _Log()
     buffer = _buffer()
-    producer = types.SimpleNamespace(buffer=buffer, _producer=None, _transaction_producers={})
+    producer = _Producer(buffer, {})
     await buffer.start()
     try:
         for _ in range(3):
             buffer.put(types.SimpleNamespace(
                 message=types.SimpleNamespace(channel=_SlowChannel(log))))
-        await faust_patches._flush(producer)
+        await producer.flush()
         log.append("flushed")
     finally:
         await buffer.stop()
@@ -573,12 +611,11 @@ def _buffered(channel: _Channel) -> faust.types.FutureMessage:
     return faust.types.FutureMessage(types.SimpleNamespace(channel=channel))  # type: ignore[arg-type]
 
 
-async def _send_a_late_write_then_another(send_pending: object = None) -> tuple[
-        ProducerBuffer, faust.types.FutureMessage, _Log]:
+async def _send_a_late_write_then_another(buffer_type: type[ProducerBuffer] | None = None
+                                          ) -> tuple[ProducerBuffer, faust.types.FutureMessage,
+                                                     _Log]:
     log = _Log()
-    buffer = _buffer()
-    if send_pending is not None:
-        buffer._send_pending = types.MethodType(send_pending, buffer)  # type: ignore[method-assign]
+    buffer = _buffer(buffer_type)
     await buffer.start()
     try:
         late = _buffered(_EndedChannel(log))
@@ -600,65 +637,63 @@ async def test_a_table_write_made_after_its_transaction_ended_is_dropped_and_the
     stopped with SIGTERM exited 1. The event was not committed, so the write
     is dropped (the partition's next owner folds the event again) and the
     next write is sent."""
-    faust_patches.apply()
     buffer, late, log = await _send_a_late_write_then_another()
     assert not buffer.crashed
     assert late.cancelled()
     assert log == ["send table write"]
 
 
-async def test_unpatched_faust_s_buffer_crashes_on_a_write_whose_transaction_ended():
-    buffer, _late, log = await _send_a_late_write_then_another(
-        faust_patches._original_send_pending)
+async def test_faust_s_own_buffer_crashes_on_a_write_whose_transaction_ended():
+    buffer, _late, log = await _send_a_late_write_then_another(ProducerBuffer)
     assert buffer.crashed
     assert isinstance(buffer.crash_reason, IllegalOperation)
     assert log == []
 
 
-# --- the private names the patches rely on -------------------------------------------
+# --- the private names the changes rely on -------------------------------------------
 
 
 def _parameters(function: object) -> list[str]:
     return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
 
 
-def test_faust_recovery_still_has_what_the_recovery_patch_relies_on():
+def test_faust_recovery_still_has_what_faust_1_relies_on():
     recovery_class = faust_recovery.Recovery
-    assert _parameters(faust_patches._original_recovery_wait) == ["self", "coro", "timeout"]
+    assert _parameters(recovery_class._wait) == ["self", "coro", "timeout"]
     assert isinstance(inspect.getattr_static(recovery_class, "signal_recovery_start"), property)
     assert issubclass(RebalanceAgain, Exception)
     loop = inspect.getsource(recovery_class._restart_recovery.fun)  # a mode ServiceTask
     # The wait whose RebalanceAgain the loop swallows, the loop catching what the
-    # patch raises, and the steps after it that go through `_wait`.
+    # change raises, and the steps after it that go through `_wait`.
     assert "await self._wait(self.signal_recovery_end.wait())" in loop
     assert "except RebalanceAgain" in loop
     assert "self._seek_offsets" in loop
     assert "self.on_recovery_completed" in loop
 
 
-def test_faust_and_aiokafka_still_have_what_the_other_patches_rely_on():
+def test_faust_and_aiokafka_still_have_what_the_other_changes_rely_on():
     thread = faust_aiokafka.AIOKafkaConsumerThread
     assert _parameters(thread._highwaters) == ["self", "partitions"]
     assert "self._highwaters" in inspect.getsource(thread.highwaters)
     assert callable(thread._ensure_consumer)
     assert callable(AIOKafkaConsumer.end_offsets)
     producer = faust_aiokafka.Producer
-    assert _parameters(faust_patches._original_flush) == ["self"]
-    assert "self.buffer.flush()" in inspect.getsource(faust_patches._original_flush)
+    assert _parameters(producer.flush) == ["self"]
+    assert "self.buffer.flush()" in inspect.getsource(producer.flush)
     assert _parameters(producer.commit_transactions) == [
         "self", "tid_to_offset_map", "group_id", "start_new_transaction"]
     assert isinstance(inspect.getattr_static(producer, "_trn_locks"), dict)
     assert isinstance(inspect.getattr_static(producer, "_transaction_producers"), dict)
-    # A buffered send that raises IllegalOperation is one whose transaction ended (2c):
-    # the only IllegalOperation aiokafka's send raises.
-    assert _parameters(faust_patches._original_send_pending) == ["self", "fut"]
+    # A buffered send that raises IllegalOperation is one whose transaction ended
+    # (FAUST-5): the only IllegalOperation aiokafka's send raises.
+    assert _parameters(ProducerBuffer._send_pending) == ["self", "fut"]
     send = inspect.getsource(AIOKafkaProducer.send)
     assert send.count("IllegalOperation") == 1
     assert 'raise IllegalOperation("Can\'t send messages while not in transaction")' in send
 
 
 async def test_an_aiokafka_transactional_producer_still_exposes_its_transaction_state():
-    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="patch-test")
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="change-test")
     assert producer._txn_manager.is_in_transaction() is False
     for name in ("send_offsets_to_transaction", "commit_transaction", "begin_transaction"):
         assert callable(getattr(producer, name))
@@ -701,31 +736,33 @@ def _fetched_after(fetcher: Fetcher, held: TopicPartition) -> list[TopicPartitio
 async def test_a_partition_not_yet_drained_does_not_hold_back_the_fetch_of_the_others():
     held, other = TopicPartition("state", 0), TopicPartition("state", 1)
     fetcher = await _fetcher_holding_records_of(held, other)
-    faust_patches.no_fetch_backoff(types.SimpleNamespace(_fetcher=fetcher))
+    fetching.no_fetch_backoff(types.SimpleNamespace(_fetcher=fetcher))
     assert _fetched_after(fetcher, held) == [other]
 
 
-async def test_unpatched_aiokafka_fetches_nothing_from_the_broker_until_that_partition_is_drained():
+async def test_aiokafka_s_own_fetcher_fetches_nothing_from_the_broker_until_it_is_drained():
     held, other = TopicPartition("state", 0), TopicPartition("state", 1)
     fetcher = await _fetcher_holding_records_of(held, other)
     assert _fetched_after(fetcher, held) == []
 
 
-async def test_the_consumer_thread_s_consumer_has_no_backoff_and_a_short_poll_once_started(
-        monkeypatch):
+async def test_the_consumer_thread_s_consumer_has_no_backoff_and_a_short_poll_once_started():
     consumer = types.SimpleNamespace(_fetcher=types.SimpleNamespace(_prefetch_backoff=0.1,
                                                                     _fetch_max_wait_ms=1500))
 
-    async def start(thread: object) -> None:  # Faust's own creates and starts the consumer
-        thread._consumer = consumer
+    class FaustThread:
+        async def on_start(self) -> None:  # Faust's own creates and starts the consumer
+            self._consumer = consumer
 
-    monkeypatch.setattr(faust_patches, "_original_consumer_thread_on_start", start)
-    await faust_patches._consumer_thread_on_start(types.SimpleNamespace())
-    assert consumer._fetcher._prefetch_backoff == faust_patches.FETCH_BACKOFF == 0.0
-    assert consumer._fetcher._fetch_max_wait_ms == faust_patches.FETCH_MAX_WAIT_MS
+    class Thread(fetching.NoFetchBackoff, fetching.ShortLongPoll, FaustThread):
+        pass
+
+    await Thread().on_start()
+    assert consumer._fetcher._prefetch_backoff == fetching.FETCH_BACKOFF == 0.0
+    assert consumer._fetcher._fetch_max_wait_ms == fetching.FETCH_MAX_WAIT_MS
 
 
-# --- no record of a paused partition is taken while no partition is active (patch 14)
+# --- FAUST-14: no record of a paused partition is taken while no partition is active
 
 
 class _Prefetched:
@@ -761,35 +798,52 @@ async def _thread_with_records_of(paused: TopicPartition, offsets: list[int]) ->
     return thread, types.SimpleNamespace(_fetcher=fetcher, _closed=False)
 
 
+class _FaustThread:
+    """A stand-in for Faust's consumer thread: its own ``_fetch_records``, and the
+    consumer it reads the flow of."""
+
+    consumer = types.SimpleNamespace(flow_active=True)
+    _fetch_records = faust_aiokafka.AIOKafkaConsumerThread._fetch_records
+
+
+class _Thread(fetching.ActivePartitionsOnly, _FaustThread):
+    pass
+
+
+def _worker_thread() -> _Thread:
+    return _Thread()
+
+
 async def test_with_no_partition_active_the_consumer_thread_takes_no_record_of_a_paused_one():
     paused = TopicPartition("state", 6)
-    thread, consumer = await _thread_with_records_of(paused, [26, 27, 29])
+    _faust_thread, consumer = await _thread_with_records_of(paused, [26, 27, 29])
     active: set[TopicPartition] = set()
-    assert await faust_patches._fetch_records(thread, consumer, active, timeout=0) == {}
+    assert await _worker_thread()._fetch_records(consumer, active, timeout=0) == {}
     active.add(paused)  # resumed: its records come from the first one
-    assert await faust_patches._fetch_records(thread, consumer, active, timeout=0) == {
+    assert await _worker_thread()._fetch_records(consumer, active, timeout=0) == {
         paused: [26, 27, 29]}
 
 
-async def test_unpatched_faust_takes_every_prefetched_record_while_no_partition_is_active():
+async def test_faust_s_own_thread_takes_every_prefetched_record_while_no_partition_is_active():
     """aiokafka reads an empty set of partitions as every partition. If this
-    fails, it no longer does, and patch 14 is moot."""
+    fails, it no longer does, and FAUST-14 is moot."""
     paused = TopicPartition("state", 6)
     thread, consumer = await _thread_with_records_of(paused, [26, 27, 29])
-    assert await faust_patches._original_fetch_records(thread, consumer, set(), timeout=0) == {
+    assert await faust_aiokafka.AIOKafkaConsumerThread._fetch_records(
+            thread, consumer, set(), timeout=0) == {
         paused: [26, 27, 29]}
 
 
 def test_the_active_partitions_are_seen_as_they_change_and_never_read_as_all():
     active: set[TopicPartition] = set()
-    view = faust_patches.ActiveOnly(active)
+    view = fetching.ActiveOnly(active)
     assert view
     assert TopicPartition("state", 6) not in view
     active.add(TopicPartition("state", 6))
     assert TopicPartition("state", 6) in view
 
 
-# --- the consumer thread's long poll holds its other requests back briefly (patch 9)
+# --- FAUST-9: the consumer thread's long poll holds its other requests back briefly
 
 
 def _fetch_waits_ms(fetcher: Fetcher) -> list[int]:
@@ -801,18 +855,18 @@ def _fetch_waits_ms(fetcher: Fetcher) -> list[int]:
 async def test_the_consumer_thread_s_fetches_wait_a_tenth_of_a_second_for_records():
     fetcher = await _fetcher_holding_records_of(TopicPartition("state", 0),
                                                 TopicPartition("state", 1))
-    faust_patches.short_long_poll(types.SimpleNamespace(_fetcher=fetcher))
-    assert _fetch_waits_ms(fetcher) == [faust_patches.FETCH_MAX_WAIT_MS] == [100]
+    fetching.short_long_poll(types.SimpleNamespace(_fetcher=fetcher))
+    assert _fetch_waits_ms(fetcher) == [fetching.FETCH_MAX_WAIT_MS] == [100]
 
 
 def test_faust_still_makes_its_worker_consumer_wait_one_and_a_half_seconds():
-    """If this fails, Faust has changed how its consumer is made: patch 9 may be
+    """If this fails, Faust has changed how its consumer is made: FAUST-9 may be
     moot, or may now undo a setting of the app's."""
     source = inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer)
     assert "fetch_max_wait_ms=1500" in source
 
 
-# --- the table manager starts its recovery at once (patch 10) ---------------------
+# --- FAUST-10: the table manager starts its recovery at once ---------------------
 
 
 class _StartingTableManager:
@@ -835,22 +889,24 @@ class _StartingTableManager:
 
 
 async def test_the_table_manager_closes_its_tables_and_starts_recovery_without_sleeping():
-    faust_patches.apply()
     manager = _StartingTableManager()
-    await faust_tables_manager.TableManager.on_start(manager)
+    await recovering.TableManagerStartsAtOnce.on_start(manager)
     assert manager.steps == ["tables closed", "recovery started"]
 
 
-async def test_faust_s_own_table_manager_sleeps_a_second_first_and_a_stopping_one_does_nothing():
+async def test_faust_s_own_table_manager_sleeps_a_second_first():
     manager = _StartingTableManager()
-    await faust_patches._original_table_manager_on_start(manager)
+    await faust_tables_manager.TableManager.on_start(manager)
     assert manager.steps == ["slept 1.0 s", "tables closed", "recovery started"]
+
+
+async def test_a_table_manager_already_stopping_starts_no_recovery():
     stopping = _StartingTableManager(should_stop=True)
-    await faust_tables_manager.TableManager.on_start(stopping)
+    await recovering.TableManagerStartsAtOnce.on_start(stopping)
     assert stopping.steps == []
 
 
-# --- a connection lost during FindCoordinator is retried (patch 8) ---------------
+# --- AIOKAFKA-1: a connection lost during FindCoordinator is retried ---------------
 
 
 class _ResettingClient:
@@ -877,7 +933,7 @@ class _ResettingClient:
         return True
 
 
-def _sender(client, sender_type: type[Sender] = faust_patches.CoordinatorRetrySender) -> Sender:
+def _sender(client, sender_type: type[Sender] = producing.CoordinatorRetrySender) -> Sender:
     txn_manager = types.SimpleNamespace(transactional_id="app-0-1")
     return sender_type(client, acks=-1, txn_manager=txn_manager, message_accumulator=None,
                        retry_backoff_ms=1, request_timeout_ms=1000)
@@ -892,7 +948,7 @@ async def test_a_coordinator_lookup_whose_connection_was_lost_is_retried():
 
 
 async def test_the_worker_s_sender_looks_a_coordinator_up_again_at_most_a_bounded_number_of_times():
-    retries = faust_patches.COORDINATOR_RETRIES
+    retries = producing.COORDINATOR_RETRIES
     found = _ResettingClient(resets=retries)
     assert await _sender(found)._find_coordinator(CoordinationType.GROUP, "app") == 1
     assert found.lookups == retries + 1
@@ -904,7 +960,6 @@ async def test_the_worker_s_sender_looks_a_coordinator_up_again_at_most_a_bounde
 
 
 async def test_aiokafka_s_own_sender_still_lets_a_lost_connection_end_the_lookup():
-    faust_patches.apply()
     client = _ResettingClient(resets=1)
     with pytest.raises(KafkaError):
         await _sender(client, Sender)._find_coordinator(CoordinationType.GROUP, "app")
@@ -924,34 +979,23 @@ async def test_other_lookup_failures_are_raised_as_before():
 
 
 async def test_the_worker_s_faust_producer_builds_its_clients_with_the_retrying_sender():
-    faust_patches.apply()
-    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
-    worker_client = app.producer._new_producer(transactional_id="patch-test-0-0")
+    worker_client = _app("change-test").producer._new_producer(
+        transactional_id="change-test-0-0")
+    plain_app = faust.App("change-test-plain", broker="kafka://127.0.0.1:1", store="memory://")
+    plain_faust_client = plain_app.producer._new_producer(transactional_id="change-test-1-0")
     plain_client = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
     try:
-        assert isinstance(worker_client, faust_patches.WorkerProducer)
-        assert type(worker_client._sender) is faust_patches.CoordinatorRetrySender
+        assert isinstance(worker_client, producing.WorkerClientProducer)
+        assert type(worker_client._sender) is producing.CoordinatorRetrySender
+        assert type(plain_faust_client._sender) is Sender
         assert type(plain_client._sender) is Sender
     finally:
         await worker_client.stop()
+        await plain_faust_client.stop()
         await plain_client.stop()
 
 
-def test_installing_the_worker_s_patches_leaves_aiokafka_s_sender_as_aiokafka_has_it():
-    """The library's role producers run in the worker's process too, with the
-    behaviour aiokafka's (and the library's) tests know."""
-    probe = ("from aiokafka.producer.sender import Sender; "
-             "original = Sender._find_coordinator; "
-             "from app import faust_patches; faust_patches.apply(); "
-             "print(Sender._find_coordinator is original, "
-             "Sender._find_coordinator.__module__)")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "aiokafka.producer.sender"]
-
-
-# --- each record of a stream partition reaches the streams once, none is dropped ----
+# --- FAUST-12: each record of a stream partition reaches the streams once ----------
 
 
 def _queued(flow: FlowControlEvent) -> FlowControlQueue:
@@ -959,9 +1003,13 @@ def _queued(flow: FlowControlEvent) -> FlowControlQueue:
     return FlowControlQueue(flow_control=flow, clear_on_resume=True)
 
 
+def _flow() -> FlowControlEvent:
+    """The worker's flow control, active."""
+    return classes().flow_control(initially_suspended=False)
+
+
 def test_resuming_a_flow_already_active_keeps_the_events_queued():
-    faust_patches.apply()
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     queue = _queued(flow)
     queue.put_nowait("event of offset 5")
     flow.resume()
@@ -969,8 +1017,7 @@ def test_resuming_a_flow_already_active_keeps_the_events_queued():
 
 
 def test_resuming_a_suspended_flow_empties_the_queues_as_before():
-    faust_patches.apply()
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     queue = _queued(flow)
     flow.suspend()
     queue.put_nowait("event fetched before a rebalance")
@@ -979,13 +1026,12 @@ def test_resuming_a_suspended_flow_empties_the_queues_as_before():
     assert flow.is_active()
 
 
-@pytest.fixture
-async def recovery_at_its_end(monkeypatch):
-    """Faust's own recovery of an app that is never started, at the end of a
-    rebalance, whose consumer seeks as a fetch hands over a record of the
-    stream partition the recovery has just resumed: the fetcher puts it in the
-    stream's queue while the seek's OffsetFetch is under way."""
-    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
+def _recovery_at_its_end(app: faust.App, monkeypatch) -> tuple[faust_recovery.Recovery,
+                                                                FlowControlQueue]:
+    """The recovery of `app`, never started, at the end of a rebalance, whose
+    consumer seeks as a fetch hands over a record of the stream partition the
+    recovery has just resumed: the fetcher puts it in the stream's queue while the
+    seek's OffsetFetch is under way."""
     tp = faust.types.TP("state", 9)
     queue = _queued(app.flow_control)
     consumer = app.consumer
@@ -1006,21 +1052,19 @@ async def recovery_at_its_end(monkeypatch):
 
 
 async def test_a_record_handed_over_during_the_last_seek_of_a_recovery_stays_queued(
-        recovery_at_its_end):
-    faust_patches.apply()
-    recovery, queue = recovery_at_its_end
+        monkeypatch):
+    recovery, queue = _recovery_at_its_end(_app("change-test"), monkeypatch)
     await recovery.on_recovery_completed(0)
     assert queue.qsize() == 1
 
 
-async def test_unpatched_faust_empties_it_at_the_resume_after_the_seek(
-        recovery_at_its_end, monkeypatch):
+async def test_faust_s_own_flow_control_empties_it_at_the_resume_after_the_seek(monkeypatch):
     """The loss, in miniature: Faust resumes the flow again after the seek, and a
     resume empties the queues even when the flow is active. The consumer has
     counted the record as read, so fetched again from the committed offset it
     is skipped, and the commit after the next record goes past it."""
-    monkeypatch.setattr(FlowControlEvent, "resume", faust_patches._original_flow_resume)
-    recovery, queue = recovery_at_its_end
+    plain = faust.App("change-test-plain", broker="kafka://127.0.0.1:1", store="memory://")
+    recovery, queue = _recovery_at_its_end(plain, monkeypatch)
     await recovery.on_recovery_completed(0)
     assert queue.empty()
 
@@ -1038,9 +1082,33 @@ class _Conductor:
         self.handed.append(message.offset)
 
 
-def _consumer(flow: FlowControlEvent, changelog: bool = False) -> types.SimpleNamespace:
-    return types.SimpleNamespace(app=types.SimpleNamespace(flow_control=flow),
-                                 _is_changelog_tp=lambda tp: changelog)
+def _hand_over(flow: FlowControlEvent, conductor: _Conductor, changelog: bool = False):
+    """The conductor's callback as the worker's consumer hands records to it."""
+    return recovering.handed_once(flow.handed, lambda tp: changelog, conductor)
+
+
+class _FaustFetchLoop:
+    """A stand-in for Faust's consumer: its fetch loop notes the callback it hands
+    records to, and its seek notes what was sought."""
+
+    def __init__(self, flow: FlowControlEvent) -> None:
+        self.app = types.SimpleNamespace(flow_control=flow)
+        self.callback = _Conductor()
+        self.handed_to: list[object] = []
+        self.sought: list[tuple[object, int]] = []
+
+    def _is_changelog_tp(self, tp: object) -> bool:
+        return False
+
+    async def _drain_messages(self, fetcher: object) -> None:
+        self.handed_to.append(self.callback)
+
+    async def seek(self, partition: object, offset: int) -> None:
+        self.sought.append((partition, offset))
+
+
+class _FetchLoop(recovering.HandedOnce, _FaustFetchLoop):
+    pass
 
 
 def _message(offset: int, partition: int = 9) -> types.SimpleNamespace:
@@ -1053,9 +1121,9 @@ async def _hand(callback, *offsets: int, partition: int = 9) -> None:
 
 
 async def test_a_record_fetched_again_after_a_seek_is_not_handed_over_twice():
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     conductor = _Conductor()
-    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    hand_over = _hand_over(flow, conductor)
     await _hand(hand_over, 59, 60)
     await _hand(hand_over, 59, 60, 61)  # from the committed offset, after the seek
     await _hand(hand_over, 59, partition=10)  # another partition's own offsets
@@ -1063,10 +1131,9 @@ async def test_a_record_fetched_again_after_a_seek_is_not_handed_over_twice():
 
 
 async def test_once_the_queues_are_emptied_the_records_are_handed_over_again():
-    faust_patches.apply()
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     conductor = _Conductor()
-    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    hand_over = _hand_over(flow, conductor)
     await _hand(hand_over, 59, 60)
     flow.suspend()
     flow.clear()  # a rebalance: the queued events are gone
@@ -1075,11 +1142,10 @@ async def test_once_the_queues_are_emptied_the_records_are_handed_over_again():
 
 
 async def test_a_hand_over_the_queues_were_emptied_during_does_not_count():
-    faust_patches.apply()
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     conductor = _Conductor()
     conductor.gate = asyncio.Event()
-    hand_over = faust_patches._handed_once(_consumer(flow), conductor)
+    hand_over = _hand_over(flow, conductor)
     handing = asyncio.ensure_future(_hand(hand_over, 59))
     await _until(lambda: conductor.gate._waiters, 1.0)  # the conductor waits on a full queue
     flow.suspend()
@@ -1092,53 +1158,41 @@ async def test_a_hand_over_the_queues_were_emptied_during_does_not_count():
 
 
 async def test_changelog_records_are_handed_over_each_time_they_are_read():
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     conductor = _Conductor()
-    hand_over = faust_patches._handed_once(_consumer(flow, changelog=True), conductor)
+    hand_over = _hand_over(flow, conductor, changelog=True)
     await _hand(hand_over, 5, 6)
     await _hand(hand_over, 5, 6)  # the table recovery sought back
     assert conductor.handed == [5, 6, 5, 6]
 
 
 async def test_a_partition_sought_is_handed_over_again_from_its_new_offset():
-    flow = FlowControlEvent(initially_suspended=False)
+    flow = _flow()
     conductor = _Conductor()
-    consumer = _consumer(flow)
-    hand_over = faust_patches._handed_once(consumer, conductor)
+    consumer = _FetchLoop(flow)
+    hand_over = _hand_over(flow, conductor)
     await _hand(hand_over, 59, 60)
-    sought: list[tuple[object, int]] = []
-
-    async def _seek(partition: object, offset: int) -> None:
-        sought.append((partition, offset))
-
-    consumer._seek = _seek
-    consumer._read_offset = {}
-    consumer.log = types.SimpleNamespace(dev=lambda *args: None)
-    await faust_patches._seek(consumer, faust.types.TP("state", 9), 59)
+    await consumer.seek(faust.types.TP("state", 9), 59)
     await _hand(hand_over, 59, 60)
     assert conductor.handed == [59, 60, 59, 60]
-    assert sought == [(faust.types.TP("state", 9), 59)]
+    assert consumer.sought == [(faust.types.TP("state", 9), 59)]
 
 
 async def test_the_fetch_loop_hands_its_records_over_through_the_once_only_callback():
-    faust_patches.apply()
-    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
-    consumer = app.consumer
+    consumer = _FetchLoop(_flow())
     conductor = consumer.callback
-    seen: list[object] = []
-
-    async def _original(self: object, fetcher: object) -> None:
-        seen.append(self.callback)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(faust_patches, "_original_drain_messages", _original)
-        await faust_patches._drain_messages(consumer, None)
-        await faust_patches._drain_messages(consumer, None)  # the fetcher restarted
+    await consumer._drain_messages(None)
+    await consumer._drain_messages(None)  # the fetcher restarted
+    seen = consumer.handed_to
     assert seen[0] is seen[1] is not conductor
-    assert getattr(seen[0], faust_patches._HANDED)
+    assert seen[0].handed_once
 
 
-# --- a recovery never ends a partition at a position it has not sought -------------
+def test_the_worker_s_consumer_hands_its_records_over_once():
+    assert recovering.HandedOnce in type(_app("change-test").consumer).__mro__
+
+
+# --- FAUST-13: a recovery never ends a partition at a position it has not sought -----
 
 
 class _ChangelogReader:
@@ -1162,8 +1216,7 @@ async def _recovery_round_begun(recovery: faust_recovery.Recovery) -> _Changelog
     """A recovery round that has built partition 9's high watermark (14) and start
     (nothing applied, -1), and not yet sought it."""
     reader = _ChangelogReader(highwater=14)
-    await faust_patches._build_highwaters(recovery, reader, {CHANGELOG},
-                                          recovery.active_highwaters, "active")
+    await recovery._build_highwaters(reader, {CHANGELOG}, recovery.active_highwaters, "active")
     recovery.active_offsets[CHANGELOG] = -1
     return reader
 
@@ -1174,11 +1227,10 @@ async def test_before_the_recovery_seeks_a_partition_its_position_is_where_it_wi
     recovery = consumer.app.tables.recovery
     reader = await _recovery_round_begun(recovery)
     assert recovery.active_highwaters[CHANGELOG] == 14
-    assert await faust_patches._position(consumer, CHANGELOG) == -1
-    await faust_patches._seek_offsets(recovery, reader, {CHANGELOG}, recovery.active_offsets,
-                                      "active")
+    assert await consumer.position(CHANGELOG) == -1
+    await recovery._seek_offsets(reader, {CHANGELOG}, recovery.active_offsets, "active")
     assert reader.sought == {CHANGELOG: 0}
-    assert await faust_patches._position(consumer, CHANGELOG) == 100
+    assert await consumer.position(CHANGELOG) == 100
 
 
 async def _aborted_after_two_idle_polls(app: faust.App, monkeypatch) -> int:
@@ -1187,15 +1239,16 @@ async def _aborted_after_two_idle_polls(app: faust.App, monkeypatch) -> int:
     transactions", and give the offset it then holds for it (14 if ended)."""
     asked: list[object] = []
     consumer = app.consumer
+    own_position = consumer.position
 
     async def position(tp: object) -> int | None:
         asked.append(tp)
-        return await faust_patches._position(consumer, tp)
+        return await own_position(tp)
 
-    async def stale(self: object, tp: object) -> int:
+    async def stale(tp: object) -> int:
         return 15  # a fetch that went past the partition's records, which the recovery never got
 
-    monkeypatch.setattr(faust_patches, "_original_position", stale)
+    monkeypatch.setattr(consumer, "_thread", types.SimpleNamespace(position=stale))
     monkeypatch.setattr(consumer, "position", position)
     recovery = app.tables.recovery
     slurp = asyncio.ensure_future(faust_recovery.Recovery._slurp_changelogs.fun(recovery))
@@ -1211,41 +1264,42 @@ async def _aborted_after_two_idle_polls(app: faust.App, monkeypatch) -> int:
 
 
 def test_a_recovery_builds_the_active_high_watermarks_before_it_seeks_the_partitions():
-    """What patch 13 relies on: a recovery round's first step for the active
+    """What FAUST-13 relies on: a recovery round's first step for the active
     partitions is their high watermarks (titled "active"), and its seek comes after."""
     loop = inspect.getsource(faust_recovery.Recovery._restart_recovery.fun)
     first = loop.index("self._build_highwaters")
     assert '"active"' in loop[first:loop.index(")", loop.index("active_highwaters", first))]
     assert loop.index("self._seek_offsets") > first
-    assert _parameters(faust_patches._original_build_highwaters) == [
+    assert _parameters(faust_recovery.Recovery._build_highwaters) == [
         "self", "consumer", "tps", "destination", "title"]
-    assert _parameters(faust_patches._original_seek_offsets) == [
+    assert _parameters(faust_recovery.Recovery._seek_offsets) == [
         "self", "consumer", "tps", "offsets", "title"]
 
 
-def _exactly_once_app() -> faust.App:
-    app = faust.App("patch-test-abort", broker="kafka://127.0.0.1:1", store="memory://",
-                    processing_guarantee="exactly_once")
+def _exactly_once_app(app_type: type[faust.App] = ChangedApp) -> faust.App:
+    app = app_type("change-test-abort", broker="kafka://127.0.0.1:1", store="memory://",
+                   processing_guarantee="exactly_once")
     app.in_worker = True  # Faust uses transactions only in a worker
     assert app.in_transaction
     return app
 
 
 async def test_a_recovery_does_not_end_a_partition_it_has_not_sought_yet(monkeypatch):
-    faust_patches.apply()
     app = _exactly_once_app()
     await _recovery_round_begun(app.tables.recovery)
     assert await _aborted_after_two_idle_polls(app, monkeypatch) == -1
 
 
-async def test_unpatched_faust_ends_it_as_aborted_transactions_and_reads_none_of_it(monkeypatch):
+async def test_faust_s_own_recovery_ends_it_as_aborted_transactions_and_reads_none_of_it(
+        monkeypatch):
     """The loss, in miniature: Faust's changelog loop, idle between two steps of a
     recovery, compares the consumer's position with the high watermark before the
     recovery has sought the partition, finds it past, and marks the partition read:
     the table keeps none of its values."""
-    faust_patches.apply()
-    app = _exactly_once_app()
+    app = _exactly_once_app(faust.App)
+    # Idle polls of 0.25 s, not Faust's 5 s, so the test is quick (FAUST-2 alone).
+    app.tables._changelog_queue = recovering.RecoveryQueue(flow_control=app.flow_control)
     recovery = app.tables.recovery
-    recovery.active_highwaters[CHANGELOG] = 14  # built by Faust's own step: not noted
+    recovery.active_highwaters[CHANGELOG] = 14
     recovery.active_offsets[CHANGELOG] = -1
     assert await _aborted_after_two_idle_polls(app, monkeypatch) == 14

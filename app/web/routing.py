@@ -5,27 +5,21 @@ Faust's assignor knows which worker owns each changelog partition of the
 ``role_partition(role, P)`` (bytes keys make Faust's partitioner agree). We
 look the owner up ourselves instead of Faust's ``table_route`` decorator,
 because that one turns an unreachable owner into a 500 and forwards no
-timeout; here every failure is a `Unreachable` the views answer with 503.
+timeout; here every failure is an `agents.peers.Unreachable` the views answer
+with 503.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
 import faust
 from faust.types import TableT
 from yarl import URL
 
-from app.context import Router
+from agents.context import Router
 
-__all__ = ["FaustRouter", "Unreachable", "fetch_json", "owner_of"]
-
-FORWARD_TIMEOUT = 3.0
-
-
-class Unreachable(Exception):
-    """Another worker did not answer in time, or not with JSON."""
+__all__ = ["FaustRouter", "owner_of"]
 
 
 def _ident(url: str) -> tuple[str, int]:
@@ -60,13 +54,3 @@ def owner_of(router: Router, partition: int) -> str | None:
         if partition in partitions:
             return url
     return None
-
-
-async def fetch_json(session: aiohttp.ClientSession, url: str,
-                     seconds: float = FORWARD_TIMEOUT) -> tuple[int, Any]:
-    """GET `url` from another worker: its status and JSON body, or `Unreachable`."""
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=seconds)) as response:
-            return response.status, await response.json(content_type=None)
-    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-        raise Unreachable(f"{url}: {exc!r}") from None

@@ -6,7 +6,7 @@ on ``__coordination_terms`` (`coordination.TermView`, folded by the library's
 (the winning claim or a heartbeat), judged against the election timeout (the
 worker's lease duration in term mode): a standby claims once the holder has
 been silent that long. This module is the one home of that reading; the
-summary and detail of `tables.role_view` are epoch mode's, and a term-mode
+summary and detail of `app.web.role_view` are epoch mode's, and a term-mode
 worker's rows take these fields over them.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.fold.role_value import RoleValue
 from coordination.json_forms import Status
-from tables.role_state import RoleValue
 
 __all__ = ["term_detail", "term_fields", "term_status"]
 

@@ -2,9 +2,9 @@
 
 Consumes the state topic as raw bytes (read_committed under exactly_once, so
 aborted lease writes never reach the table), folds each record into its
-role's table value with the pure `agents.folding.fold`, and publishes the
+role's table value with the pure `agents.fold.rules.fold`, and publishes the
 events it causes, keyed by role, to the same partition of the events topic,
-and to the worker's live feed (`app.feed`, which ``GET /events/`` streams).
+and to the worker's live feed (`app.web.feed`, which ``GET /events/`` streams).
 Table writes, events and the consumed offset commit in one Kafka transaction.
 
 The tick agent reports lapses nobody wrote a record about: a timer sends a
@@ -54,8 +54,12 @@ from faust.exceptions import ProducerSendError
 from faust.streams import _current_event
 from faust.types import EventT
 
+from agents.context import AgentContext
 from agents.events import LeadershipEvent
-from agents.folding import (
+from agents.fold import partition_value, role_value
+from agents.fold.partition_value import PartitionValue, partition_key
+from agents.fold.role_value import RoleValue
+from agents.fold.rules import (
     Unattributed,
     due_at,
     expire,
@@ -66,17 +70,13 @@ from agents.folding import (
     route,
     route_term,
 )
-from app.context import Context
 from coordination import Record, role_partition
-from tables import partition_state, role_state
-from tables.partition_state import PartitionValue, partition_key
-from tables.role_state import RoleValue
 
 __all__ = ["FOLD_BATCH", "FOLD_RETRY_MS", "FOLD_WITHIN", "STORE_ERRORS", "apply_batch",
            "apply_terms_record", "apply_tick", "as_current_event", "install", "ticked",
            "until_applied"]
 
-log = logging.getLogger("agents.fold")
+log = logging.getLogger("agents.fold.agent")
 
 
 FOLD_BATCH = 1000
@@ -115,12 +115,12 @@ def _record(message: Any) -> Record:
     return Record(message.offset, message.key or b"", message.value, timestamp)
 
 
-def _load(ctx: Context, key: bytes) -> RoleValue | None:
+def _load(ctx: AgentContext, key: bytes) -> RoleValue | None:
     raw = ctx.tables.role_state.get(key)
     if raw is None:
         return None
     try:
-        return role_state.decode(raw)
+        return role_value.decode(raw)
     except ValueError as exc:
         # Only this module writes the table; a value it cannot read is a bug
         # or a foreign writer. Start the role afresh rather than stop the fold.
@@ -128,7 +128,7 @@ def _load(ctx: Context, key: bytes) -> RoleValue | None:
         return None
 
 
-async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
+async def _publish(ctx: AgentContext, events: list[LeadershipEvent]) -> None:
     """Send `events`; without transactions (term mode), wait until each is written.
 
     Under exactly_once the events commit with the table value in the
@@ -144,13 +144,13 @@ async def _publish(ctx: Context, events: list[LeadershipEvent]) -> None:
         ctx.feed.publish(event)
 
 
-def _write(ctx: Context, partition: int, key: bytes, value: RoleValue) -> None:
+def _write(ctx: AgentContext, partition: int, key: bytes, value: RoleValue) -> None:
     """Write a role's value, and note when it is next due for the tick."""
-    ctx.tables.role_state[key] = role_state.encode(value)
+    ctx.tables.role_state[key] = role_value.encode(value)
     ctx.due.note(partition, key, due_at(value, ctx.settings.leadership_options.lease_ms))
 
 
-async def apply_batch(ctx: Context, events: Sequence[EventT]) -> None:
+async def apply_batch(ctx: AgentContext, events: Sequence[EventT]) -> None:
     """Fold a batch of state-topic events in order; write each role's value once.
 
     Each record is folded into the value the batch has made of its role so
@@ -175,7 +175,7 @@ async def apply_batch(ctx: Context, events: Sequence[EventT]) -> None:
                     _write(ctx, event.message.partition, role_key, value)
 
 
-async def _fold_record(ctx: Context, event: EventT,
+async def _fold_record(ctx: AgentContext, event: EventT,
                        folded: dict[bytes, tuple[RoleValue, EventT]]) -> None:
     """Fold one event's record into `folded`, the batch's values by role key."""
     message = event.message
@@ -190,7 +190,7 @@ async def _fold_record(ctx: Context, event: EventT,
     if isinstance(result, _Skipped):
         if result.value is None:
             return  # a replay
-        ctx.tables.partition_state[partition_key(partition)] = partition_state.encode(
+        ctx.tables.partition_state[partition_key(partition)] = partition_value.encode(
             result.value)
         ctx.metrics.skip(partition, result.why.kind)
         log.warning("partition %d offset %d skipped: %s", partition, record.offset,
@@ -227,13 +227,13 @@ class _Folded:
     events: list[LeadershipEvent]
 
 
-def _fold_pure(ctx: Context, record: Record, partition: int,
+def _fold_pure(ctx: AgentContext, record: Record, partition: int,
                folded: dict[bytes, tuple[RoleValue, EventT]]) -> _Skipped | _Folded:
     """What folding `record` makes, without storing or sending anything."""
     key = route(record, partition, ctx.partitions)
     if isinstance(key, Unattributed):
         raw = ctx.tables.partition_state.get(partition_key(partition))
-        current = None if raw is None else partition_state.decode(raw)
+        current = None if raw is None else partition_value.decode(raw)
         if current is not None and record.offset <= current.last_offset:
             return _Skipped(key, None)
         return _Skipped(key, fold_unattributed(current, record, partition, key))
@@ -247,7 +247,7 @@ def _fold_pure(ctx: Context, record: Record, partition: int,
     return _Folded(key.role, current_value, value, changes)
 
 
-async def apply_terms_record(ctx: Context, message: Any) -> None:
+async def apply_terms_record(ctx: AgentContext, message: Any) -> None:
     """Fold one ``__coordination_terms`` message (what the terms agent does per event)."""
     partition = message.partition
     record = _record(message)
@@ -300,10 +300,10 @@ def _home(key: bytes, partitions: int) -> int:
     return role_partition(key.decode("utf-8"), partitions)
 
 
-async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
+async def apply_tick(ctx: AgentContext, partition: int, now_ms: int) -> None:
     """Report every lapse on `partition` due at `now_ms` (what the tick agent does).
 
-    Only the values due are decoded (`app.due_index`). The table holds the
+    Only the values due are decoded (`agents.fold.due`). The table holds the
     values of every partition this worker owns, and each owned partition gets
     its own tick, so decoding them all at each tick cost a pass over every
     role per partition per tick interval; the index is built from the
@@ -322,20 +322,20 @@ async def apply_tick(ctx: Context, partition: int, now_ms: int) -> None:
                 if raw is None:
                     ctx.due.note(partition, key, None)
                     continue
-                value = role_state.decode(raw)
+                value = role_value.decode(raw)
             new, events = expire(value, now_ms)
             if new.terms is not None:
                 new, term = expire_term(new, now_ms, timeout_ms)
                 events += term
             if events:
                 await _publish(ctx, events)
-                table[key] = role_state.encode(new)
+                table[key] = role_value.encode(new)
             # Checked at or after its due time: nothing more until the value changes.
             due = due_at(new, timeout_ms)
             ctx.due.note(partition, key, due if due is not None and due > now_ms else None)
 
 
-def _build_due(ctx: Context, partition: int, now_ms: int) -> dict[bytes, RoleValue]:
+def _build_due(ctx: AgentContext, partition: int, now_ms: int) -> dict[bytes, RoleValue]:
     """Build `partition`'s due index from the table; return the values due at `now_ms`."""
     timeout_ms = ctx.settings.leadership_options.lease_ms
     entries: list[tuple[bytes, int | None]] = []
@@ -343,7 +343,7 @@ def _build_due(ctx: Context, partition: int, now_ms: int) -> dict[bytes, RoleVal
     for key, raw in list(ctx.tables.role_state.items()):
         if _home(key, ctx.partitions) != partition:
             continue
-        value = role_state.decode(raw)
+        value = role_value.decode(raw)
         due = due_at(value, timeout_ms)
         entries.append((key, due))
         if due is not None and due <= now_ms:
@@ -352,7 +352,7 @@ def _build_due(ctx: Context, partition: int, now_ms: int) -> dict[bytes, RoleVal
     return due_now
 
 
-def install(ctx: Context) -> None:
+def install(ctx: AgentContext) -> None:
     """Declare the fold and tick agents and the tick timer on `ctx.app`."""
     app = ctx.app
 
@@ -405,7 +405,7 @@ def install(ctx: Context) -> None:
             await app.producer.send(topic, None, payload, partition, None, None)
 
 
-async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]],
+async def until_applied(ctx: AgentContext, apply: Callable[[], Awaitable[None]],
                         events: Sequence[EventT], place: str) -> None:
     """Run `apply` (`apply_batch` or `apply_terms_record` on `events`, the events
     an agent holds) until it has stored what it folds.
@@ -445,7 +445,7 @@ def _batch_place(events: Sequence[EventT]) -> str:
             f"{first.offset} to partition {last.partition} offset {last.offset})")
 
 
-def ticked(ctx: Context, owned: Sequence[int], now_ms: int) -> list[int]:
+def ticked(ctx: AgentContext, owned: Sequence[int], now_ms: int) -> list[int]:
     """The partitions of `owned` the tick timer sends a tick at `now_ms`: those whose
-    tick would find something to do (`app.due_index.DueIndex.wants_tick`)."""
+    tick would find something to do (`agents.fold.due.DueIndex.wants_tick`)."""
     return [partition for partition in owned if ctx.due.wants_tick(partition, now_ms)]

@@ -17,7 +17,7 @@ from typing import Literal
 
 import orjson
 
-from tables.role_state import MAX_ERRORS
+from agents.fold.role_value import MAX_ERRORS
 
 __all__ = ["PartitionValue", "SkipKind", "decode", "encode", "partition_key"]
 

@@ -7,7 +7,7 @@ The JSON shapes are in docs/app.md#web-view.
     GET /roles/{role}/authoritative   ?producer_id=&producer_epoch= (live check; term
                                       mode: ?term=, read from the terms topic)
     GET /events/                      the leadership events as server-sent events
-                                      (every worker's, or ``scope=local``; app.event_stream)
+                                      (every worker's, or ``scope=local``; app.web.event_stream)
     GET /rebalance/                   the rebalancing plans and handovers, gathered from
                                       every worker (``scope=local``: this worker's)
     GET /metrics                      this worker's Prometheus metrics
@@ -32,22 +32,23 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from agents.fold import partition_value, role_value
+from agents.fold.partition_value import partition_key
+from agents.peers import Unreachable, fetch_json
 from agents.rebalancing import rebalance_json
 from app.context import Context
-from app.dashboard import DASHBOARD_HTML
-from app.event_stream import stream_events
 from app.health import snapshot
 from app.readiness import assess
-from app.routing import Unreachable, fetch_json, owner_of
+from app.web.dashboard import DASHBOARD_HTML
+from app.web.event_stream import stream_events
+from app.web.role_view import detail, merged_state, row, skips_of_values
+from app.web.routing import owner_of
+from app.web.term_view import term_detail, term_fields
 from coordination import NO_EPOCH, FencingToken, TermToken, describe_leadership, role_partition
-from tables import partition_state, role_state
-from tables.partition_state import partition_key
-from tables.role_view import detail, merged_state, row, skips_of_values
-from tables.term_view import term_detail, term_fields
 
 __all__ = ["Views", "install", "json_errors"]
 
-log = logging.getLogger("app.web")
+log = logging.getLogger("app.web.views")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -150,7 +151,7 @@ class Views:
         owned = self._owned()
         rows = []
         for _, raw in list(self.ctx.tables.role_state.items()):
-            value = role_state.decode(raw)
+            value = role_value.decode(raw)
             if owned is not None and value.partition not in owned:
                 continue
             rows.append(self._with_terms(row(value, now_ms), value, now_ms, term_fields))
@@ -160,17 +161,17 @@ class Views:
         raw = self.ctx.tables.role_state.get(role.encode("utf-8"))
         if raw is None:
             return error(404, f"unknown role {role!r}: no record of it in the state topic")
-        value = role_state.decode(raw)
+        value = role_value.decode(raw)
         raw_partition = self.ctx.tables.partition_state.get(partition_key(value.partition))
-        skipped = None if raw_partition is None else partition_state.decode(raw_partition)
+        skipped = None if raw_partition is None else partition_value.decode(raw_partition)
         body = self._with_terms(detail(merged_state(value, skipped),
                                        skips_of_values(value, skipped), value.partition,
                                        now_ms, value.last_offset), value, now_ms, term_detail)
         body["served_by"] = str(self.ctx.app.conf.canonical_url)
         return web.json_response(body)
 
-    def _with_terms(self, body: dict[str, Any], value: role_state.RoleValue, now_ms: int,
-                    fields: Callable[[role_state.RoleValue, int, int], dict[str, Any]]
+    def _with_terms(self, body: dict[str, Any], value: role_value.RoleValue, now_ms: int,
+                    fields: Callable[[role_value.RoleValue, int, int], dict[str, Any]]
                     ) -> dict[str, Any]:
         """`body` with the term-mode fields over the lease's, on a term-mode worker."""
         settings = self.ctx.settings
