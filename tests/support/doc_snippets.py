@@ -217,7 +217,7 @@ def reference_problems(page: str, markdown: str, files: set[str], make_targets: 
     run time, ``.cache/...``, or by the user, ``deploy/kafka-client.env``: named,
     not shipped). A path is checked when its first part is a top-level entry
     of the repository (another project's path, ``faust/...``, is not), and
-    ``agents/folding.fold`` names ``fold`` of ``agents/folding.py``; a bare
+    ``agents/fold/rules.fold`` names ``fold`` of ``agents/fold/rules.py``; a bare
     file name of Python, Markdown, TOML, YAML or JSON against every tracked
     file's name. URL paths (``/roles/``), placeholders (``<x>``, ``{x}``,
     ``...``) and globs are not paths.
