@@ -41,13 +41,14 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
             task.exception()  # retrieved, so asyncio does not log it as lost
 
 
-async def through_cancellation(work: asyncio.Future[None]) -> None:
-    """Wait for `work` to finish even if the caller is cancelled meanwhile,
-    then deliver the cancellation.
+async def through_cancellation(work: asyncio.Future[T]) -> T:
+    """`work`'s outcome, waited for even if the caller is cancelled meanwhile;
+    the cancellation is delivered once `work` has finished.
 
     For clean-up that must be over when the caller's cancellation arrives
-    (its steps are each bounded by the transport), so that a cancelled
-    `acquire_leadership` has handed its tenure back by the time it raises.
+    (its steps are each bounded), so that a cancelled `acquire_leadership`
+    has handed its tenure back, and a cancelled runner has stopped its
+    function and resigned, by the time they raise.
     """
     cancelled = False
     while not work.done():
@@ -56,7 +57,10 @@ async def through_cancellation(work: asyncio.Future[None]) -> None:
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
+        if not work.cancelled():
+            work.exception()  # retrieved: the caller's cancellation is what it raises
         raise asyncio.CancelledError
+    return work.result()
 
 
 async def bounded(work: Awaitable[T], seconds: float) -> T:

@@ -16,9 +16,20 @@ has already refused, or will refuse, its guarded writes.
 
 States (`RunnerState`): IDLE until started; CAMPAIGNING while waiting for
 the role; LEADING while the function runs; HANDING_OVER while it is being
-stopped and the role resigned; BACKING_OFF after a failed or short tenure;
-STOPPED at the end. An observer hears of every tenure: elected, renewed
-(with the renewal's latency), fenced or resigned, then lost.
+stopped and the role resigned; AWAITING_FUNCTION while a function that
+ignored its cancellation still runs after the hand-over (the runner stands
+again only once it has ended, so one process never runs two copies);
+BACKING_OFF after a failed or short tenure; STOPPED at the end. An observer
+hears of every tenure: elected, renewed (with the renewal's latency),
+fenced or resigned, then lost.
+
+A tenure always has an owner. From the moment `acquire_leadership` returns
+a `Leadership` to the runner, every way out of the runner (a stop, a
+step-down, the function's end, an error, a cancellation of the runner's
+task) stops the function first and then resigns; a cancellation of the
+runner's task waits for that hand-over and is raised after it. An
+observer's or an admission's error is logged and changes nothing
+(`coordination.callbacks`).
 
 The runner campaigns again after what the protocol expects to happen (a
 `TransportError`, a fence, a lost epoch, a `StateTopicError` an operator can
@@ -35,11 +46,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from coordination.admission import Admission
+from coordination.callbacks import contained
+from coordination.cancellation import through_cancellation
 from coordination.candidate import acquire_leadership
 from coordination.clock import Clock, SystemClock
 from coordination.errors import CoordinationError, InvalidStateError
@@ -49,7 +63,8 @@ from coordination.registration import deregister
 from coordination.tenure import Leadership
 from coordination.transport import Transport
 
-__all__ = ["LeaderRunner", "RoleFunction", "RunnerObserver", "RunnerState", "TenureStop"]
+__all__ = ["LeaderRunner", "RoleFunction", "RunnerObserver", "RunnerState", "TenureStop",
+           "backoff_delay"]
 
 log = logging.getLogger("coordination.runner")
 
@@ -57,6 +72,27 @@ RoleFunction = Callable[[Leadership], Awaitable[None]]
 """``async def fn(leadership)``: the work only the leader does."""
 
 MAX_BACKOFF = 30.0
+
+# The back-off's exponent stops growing here: 2**32 first intervals is past
+# any cap, and a float power that grows with the failures would overflow
+# after about a thousand of them (a long enough outage).
+_MAX_DOUBLINGS = 32
+
+
+def backoff_delay(failures: int, first: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait after `failures` (>= 1) failed campaigns or short tenures in a row.
+
+    Exponential with full jitter above a floor: drawn uniformly between
+    `first` and ``min(cap, first * 2 ** (failures - 1))``. Full jitter,
+    because the runners of one process fail together (a broker outage ends
+    every campaign at once) and should not come back in lockstep; drawn
+    afresh from the count alone, unlike decorrelated jitter, whose next
+    delay depends on the last draw. The floor `first` keeps a role whose
+    function fails at once from minting an epoch per loop. Defined for any
+    number of failures: the exponent is bounded.
+    """
+    ceiling = min(cap, first * 2.0 ** min(failures - 1, _MAX_DOUBLINGS))
+    return rng.uniform(min(first, ceiling), ceiling)
 
 
 def campaigns_again_after(error: BaseException | None) -> bool:
@@ -77,6 +113,7 @@ class RunnerState(enum.Enum):
     CAMPAIGNING = "campaigning"
     LEADING = "leading"
     HANDING_OVER = "handing-over"
+    AWAITING_FUNCTION = "awaiting-function"
     BACKING_OFF = "backing-off"
     STOPPED = "stopped"
 
@@ -86,8 +123,10 @@ _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
     RunnerState.CAMPAIGNING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF,
                                         RunnerState.STOPPED}),
     RunnerState.LEADING: frozenset({RunnerState.HANDING_OVER}),
-    RunnerState.HANDING_OVER: frozenset({RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF,
-                                         RunnerState.STOPPED}),
+    RunnerState.HANDING_OVER: frozenset({RunnerState.AWAITING_FUNCTION, RunnerState.CAMPAIGNING,
+                                         RunnerState.BACKING_OFF, RunnerState.STOPPED}),
+    RunnerState.AWAITING_FUNCTION: frozenset({RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF,
+                                              RunnerState.STOPPED}),
     RunnerState.BACKING_OFF: frozenset({RunnerState.CAMPAIGNING, RunnerState.STOPPED}),
     RunnerState.STOPPED: frozenset(),
 }
@@ -114,7 +153,9 @@ class TenureStop:
 class RunnerObserver:
     """What a runner reports; subclass and override what you need.
 
-    Every method is called from the runner's task and must not block.
+    Every method is called from the runner's task and must not block. An
+    error one raises is logged and ignored: it ends no tenure and stops no
+    runner (`coordination.callbacks`).
     """
 
     def elected(self, role: str, leadership: Leadership) -> None:
@@ -143,13 +184,18 @@ class LeaderRunner:
     """Runs `fn` on this member whenever it leads `role`, until `stop()`.
 
     `stop_timeout` bounds each step of stopping (cancelling the function,
-    resigning, deregistering); a function that ignores cancellation that
-    long is reported and left, and its guarded writes are fenced by the
-    resignation's epoch bump. `retry_interval` is the first back-off after a
-    failed campaign or a tenure shorter than a lease; it doubles up to
-    `max_backoff`. Every wait is on `clock`'s monotonic time, so a
-    `ManualClock` drives the whole runner. Each campaign runs with
-    `options`, its placement included, and waits while `admission` is
+    resigning, deregistering). A function that ignores its cancellation
+    that long is reported, and the role is resigned without it: the
+    resignation's epoch bump fences its guarded writes (in term mode, the
+    readers' filter drops them). The runner then keeps the function's task
+    and does not stand again until it has ended, reporting it every
+    `stop_timeout`: the role stays vacant from this member meanwhile.
+    `retry_interval` is the first back-off after a failed campaign or a
+    tenure shorter than a lease; the back-off doubles up to `max_backoff`,
+    jittered (`backoff_delay`, drawn from `rng`, by default one seeded
+    with the role and the member). Every wait is on `clock`'s monotonic
+    time, so a `ManualClock` drives the whole runner. Each campaign runs
+    with `options`, its placement included, and waits while `admission` is
     closed (`coordination.admission`).
     """
 
@@ -167,6 +213,7 @@ class LeaderRunner:
         retry_interval: float = 1.0,
         max_backoff: float = MAX_BACKOFF,
         admission: Admission | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.transport = transport
         self.admission = admission
@@ -179,11 +226,15 @@ class LeaderRunner:
         self.stop_timeout = stop_timeout
         self.retry_interval = retry_interval
         self.max_backoff = max_backoff
+        # Seeded with the role and the member, so a process's runners draw
+        # different back-offs and a run with a ManualClock is reproducible.
+        self.rng = rng or random.Random(f"{role}\x00{member}")
         self.leadership: Leadership | None = None
         """The current tenure while LEADING or HANDING_OVER, else None."""
         self.tenures = 0
         self.running = False
-        """Whether the function is running now."""
+        """Whether the function is running now (also after its tenure, if it
+        ignores its cancellation)."""
         self.last_stop: TenureStop | None = None
         self._state = RunnerState.IDLE
         self._stop = asyncio.Event()
@@ -191,6 +242,10 @@ class LeaderRunner:
         self._step_down = asyncio.Event()
         self._deregister_on_step_down = False
         self._task: asyncio.Task[None] | None = None
+        self._function: asyncio.Task[None] | None = None
+        # Whether this member may be on the role's roster: from the first
+        # campaign until a resignation or a deregistration removed it.
+        self._may_be_registered = False
 
     @property
     def state(self) -> RunnerState:
@@ -199,8 +254,10 @@ class LeaderRunner:
 
     @property
     def leading(self) -> bool:
-        """Whether this member holds the role and may act on it now."""
-        return self.leadership is not None and not self.leadership.fenced()
+        """Whether this member holds the role and may act on it now: LEADING,
+        with a tenure that is not over."""
+        return (self._state is RunnerState.LEADING and self.leadership is not None
+                and not self.leadership.fenced())
 
     def start(self) -> asyncio.Task[None]:
         """Run the loop in a task of its own until `stop` (idempotent)."""
@@ -237,16 +294,13 @@ class LeaderRunner:
         if self._state is not RunnerState.IDLE:
             raise InvalidStateError(f"{self.role}: a runner runs once; make a new one")
         failures = 0
-        stood = False
         try:
             while not self._stop.is_set():
                 self._move(RunnerState.CAMPAIGNING)
-                stood = True
+                self._may_be_registered = True
                 leadership = await self._campaign()
                 if leadership is None:
                     if self._stop.is_set():
-                        if self._deregister_on_stop:
-                            await self._deregister()
                         break
                     failures += 1
                     await self._back_off(failures)
@@ -258,6 +312,9 @@ class LeaderRunner:
                 err = leadership.err
                 if err is not None and not campaigns_again_after(err):
                     raise err
+                await self._outlive_function()
+                if self._stop.is_set():
+                    break
                 if stop.reason == "stepped-down":
                     failures = 0
                     continue
@@ -267,12 +324,11 @@ class LeaderRunner:
                 long = self.clock.monotonic_ms() - started > self.options.lease_ms
                 failures = 1 if long else failures + 1
                 await self._back_off(failures)
-            else:
-                # Stopped while backing off: the campaign before it left this
-                # member's registration (and any tenure was handed back
-                # without it), which a stop that deregisters removes too.
-                if stood and self._deregister_on_stop:
-                    await self._deregister()
+            # Stopped: a campaign, a tenure handed back without deregistering
+            # (a fenced one, or a stop that came during its hand-over) or a
+            # back-off may have left this member's registration behind.
+            if self._may_be_registered and self._deregister_on_stop:
+                await self._deregister()
         except Exception as exc:
             if not campaigns_again_after(exc):
                 log.error("%s: %s stops the runner: %r cannot be retried", self.role,
@@ -292,9 +348,9 @@ class LeaderRunner:
         try:
             await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            won = await self._settle_campaign(acquiring)
-            if won is not None:  # it won as the runner was cancelled: hand it back
-                await asyncio.shield(self._resign(won, deregister=self._deregister_on_stop))
+            # The runner's task was cancelled: a tenure the campaign won in
+            # that instant is handed back before the cancellation goes on.
+            await through_cancellation(asyncio.ensure_future(self._abandon(acquiring)))
             raise
         finally:
             stopping.cancel()
@@ -303,6 +359,11 @@ class LeaderRunner:
             await self._resign(leadership, deregister=self._deregister_on_stop)
             return None
         return leadership
+
+    async def _abandon(self, acquiring: asyncio.Future[Leadership]) -> None:
+        won = await self._settle_campaign(acquiring)
+        if won is not None:
+            await self._resign(won, deregister=self._deregister_on_stop)
 
     async def _settle_campaign(self, acquiring: asyncio.Future[Leadership]
                                ) -> Leadership | None:
@@ -322,11 +383,16 @@ class LeaderRunner:
         if not campaigns_again_after(exc):
             raise exc  # a bug or a bad option: retrying cannot help
         log.warning("%s: %s could not stand for the role: %r", self.role, self.member, exc)
-        self.observer.campaign_failed(self.role, exc)
+        contained(self.role, "the observer's campaign_failed", self.observer.campaign_failed,
+                  self.role, exc)
         return None
 
     async def _lead(self, leadership: Leadership) -> TenureStop:
-        """Run the function for one tenure; stop it first, then resign what is left."""
+        """Run the function for one tenure; stop it first, then resign what is left.
+
+        The hand-over runs to its end whatever happens to the runner's task
+        meanwhile; a cancellation of that task is raised after it.
+        """
         self.leadership = leadership
         self.tenures += 1
         self._step_down.clear()
@@ -336,8 +402,10 @@ class LeaderRunner:
             self.observer.renewed(self.role, leadership, latency)
 
         leadership.on_renewed = renewed
-        self.observer.elected(self.role, leadership)
+        contained(self.role, "the observer's elected", self.observer.elected, self.role,
+                  leadership)
         work = asyncio.create_task(self._call(leadership), name=f"{self.role} function")
+        self._function = work
         stopping = asyncio.ensure_future(self._stop.wait())
         stepping = asyncio.ensure_future(self._step_down.wait())
         try:
@@ -345,8 +413,8 @@ class LeaderRunner:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             # The runner's own task was cancelled: still stop in order.
-            await asyncio.shield(self._hand_over(leadership, work, "stopped",
-                                                 deregister=self._deregister_on_stop))
+            await through_cancellation(asyncio.ensure_future(self._hand_over(
+                leadership, work, "stopped", deregister=self._deregister_on_stop)))
             raise
         finally:
             stopping.cancel()
@@ -363,7 +431,8 @@ class LeaderRunner:
             reason = "returned"
         deregister = ((reason == "stopped" and self._deregister_on_stop)
                       or (reason == "stepped-down" and self._deregister_on_step_down))
-        return await self._hand_over(leadership, work, reason, deregister=deregister)
+        return await through_cancellation(asyncio.ensure_future(
+            self._hand_over(leadership, work, reason, deregister=deregister)))
 
     async def _hand_over(self, leadership: Leadership, work: asyncio.Task[None], reason: str,
                          *, deregister: bool) -> TenureStop:
@@ -379,14 +448,19 @@ class LeaderRunner:
         if reason == "fenced":
             log.warning("%s: %s stopped the role's function: the tenure of %s ended (%s)",
                         self.role, self.member, leadership.token, leadership.err)
-            self.observer.fenced(self.role, leadership)
+            contained(self.role, "the observer's fenced", self.observer.fenced, self.role,
+                      leadership)
+        # A stop that came while the function was being stopped deregisters too.
+        deregister = deregister or (self._stop.is_set() and self._deregister_on_stop)
         # After a fence the tombstone commits only if nobody took over (then a
         # standby need not wait out the lease); the broker refuses it otherwise.
         resigned = await self._resign(leadership, deregister=deregister)
         if reason != "fenced" and resigned:
-            self.observer.resigned(self.role, leadership)
+            contained(self.role, "the observer's resigned", self.observer.resigned, self.role,
+                      leadership)
         self.leadership = None
-        self.observer.lost(self.role, leadership, stop)
+        contained(self.role, "the observer's lost", self.observer.lost, self.role, leadership,
+                  stop)
         return stop
 
     async def _call(self, leadership: Leadership) -> None:
@@ -418,12 +492,51 @@ class LeaderRunner:
         work.cancel()
         if not await self._within(work, self.stop_timeout):
             # Still aborting its transaction over a slow link, or ignoring
-            # cancellation: either way the resignation's bump fences it.
-            log.warning("%s: the role's function has not stopped %.1f s after it was "
-                        "cancelled; it may still run, but its guarded writes are fenced once "
-                        "the role is resigned", self.role, self.stop_timeout)
+            # cancellation: either way the resignation's bump fences it, and
+            # the runner stands again only once it has ended.
+            log.error("%s: the role's function has not stopped %.1f s after it was "
+                      "cancelled; the role is resigned without it (its guarded writes are "
+                      "fenced) and %s stands again only once it has ended", self.role,
+                      self.stop_timeout, self.member)
+            work.add_done_callback(self._function_ended_late)
         elif not work.cancelled():
             work.exception()
+
+    def _function_ended_late(self, work: asyncio.Task[None]) -> None:
+        error = None if work.cancelled() else work.exception()
+        log.warning("%s: the role's function that ignored its cancellation has ended (%r)",
+                    self.role, error if error is not None else "cancelled" if work.cancelled()
+                    else "returned")
+
+    async def _outlive_function(self) -> None:
+        """Wait until the last tenure's function has ended, reporting it every
+        `stop_timeout`, so that this process never runs two copies of it.
+
+        A stop ends the wait: the function is left to end on its own, and
+        its end is logged.
+        """
+        work = self._function
+        if work is None or work.done():
+            return
+        self._move(RunnerState.AWAITING_FUNCTION)
+        stopping = asyncio.ensure_future(self._stop.wait())
+        since = self.clock.monotonic_ms()
+        try:
+            while not work.done() and not stopping.done():
+                until = self.clock.monotonic_ms() + round(self.stop_timeout * 1000)
+                timer = asyncio.ensure_future(self.clock.sleep_until_monotonic(until))
+                try:
+                    await asyncio.wait({work, stopping, timer},
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                if not work.done() and not stopping.done():
+                    log.error("%s: the role's function still runs %.1f s after its tenure "
+                              "was handed over; %s does not stand for the role until it ends",
+                              self.role, (self.clock.monotonic_ms() - since) / 1000,
+                              self.member)
+        finally:
+            stopping.cancel()
 
     async def _resign(self, leadership: Leadership, *, deregister: bool) -> bool:
         """Resign within `stop_timeout` (the hand-back goes on if it takes longer)."""
@@ -434,9 +547,12 @@ class LeaderRunner:
                         self.member, self.stop_timeout)
             return False
         resigning.result()
+        if deregister:
+            self._may_be_registered = False
         return leadership.err is None
 
     async def _deregister(self) -> None:
+        self._may_be_registered = False
         partition = role_partition(self.role, self.options.partitions)
         appending = asyncio.ensure_future(
             deregister(self.transport, partition, self.role, self.member))
@@ -461,7 +577,7 @@ class LeaderRunner:
 
     async def _back_off(self, failures: int) -> None:
         self._move(RunnerState.BACKING_OFF)
-        delay = min(self.retry_interval * 2 ** (failures - 1), self.max_backoff)
+        delay = backoff_delay(failures, self.retry_interval, self.max_backoff, self.rng)
         until = self.clock.monotonic_ms() + round(delay * 1000)
         sleeping = asyncio.ensure_future(self.clock.sleep_until_monotonic(until))
         stopping = asyncio.ensure_future(self._stop.wait())

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from coordination.admission import Admission
+from coordination.callbacks import contained
 from coordination.cancellation import cancel_and_wait
 from coordination.clock import Clock
 from coordination.errors import FencedError, InvalidStateError, retryable
@@ -346,23 +347,18 @@ class Leadership(abc.ABC):
         self.first_lease_latency = first_lease_latency
         self._admission = admission
         if admission is not None:
-            admission.lease_written(first_lease_latency)
+            contained(self.role, "the admission's lease_written", admission.lease_written,
+                      first_lease_latency)
 
     def _renewed(self, record: object, sent_monotonic_ms: int, sent_wall_ms: int) -> None:
         self._sent_mono = sent_monotonic_ms
         self._sent_wall = sent_wall_ms
         latency = (self._clock.monotonic_ms() - sent_monotonic_ms) / 1000
-        # An admission's or an observer's bug must not end the tenure.
         if self._admission is not None:
-            try:
-                self._admission.lease_written(latency)
-            except Exception:
-                log.exception("%s: the admission failed on a renewal", self.role)
+            contained(self.role, "the admission's lease_written", self._admission.lease_written,
+                      latency)
         if self.on_renewed is not None:
-            try:
-                self.on_renewed(record, latency)
-            except Exception:
-                log.exception("%s: the renewal observer failed", self.role)
+            contained(self.role, "the renewal observer", self.on_renewed, record, latency)
 
     async def _renew_loop(self) -> None:
         count = 0

@@ -187,7 +187,7 @@ async def test_a_failing_renewal_observer_is_logged_and_the_tenure_goes_on(caplo
         raise TypeError("the observer's own bug")
 
     leadership.on_renewed = observer
-    with caplog.at_level(logging.ERROR, logger="coordination.leadership"):
+    with caplog.at_level(logging.ERROR, logger="coordination.callbacks"):
         await cluster.advance(RENEW * 3)
     assert leadership.state is TenureState.LEADING
     assert "the renewal observer failed" in caplog.text
