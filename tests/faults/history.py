@@ -791,7 +791,8 @@ class FunctionRun:
     when its tenure ended (None if it had not), `paused_ms` when its process
     first stopped (a pause or a crash) after the copy started (None if it
     did not): from then on the copy is a zombie the broker fences, not one
-    the runner must stop.
+    the runner must stop. `ignored_cancellation`: the copy went on after it
+    was cancelled.
     """
 
     role: str
@@ -801,6 +802,7 @@ class FunctionRun:
     ended_ms: int | None
     tenure_ended_ms: int | None = None
     paused_ms: int | None = None
+    ignored_cancellation: bool = False
 
 
 def check_function_copies(runs: Iterable[FunctionRun], grace_ms: int) -> list[Violation]:
@@ -810,7 +812,10 @@ def check_function_copies(runs: Iterable[FunctionRun], grace_ms: int) -> list[Vi
     `grace_ms` (the runner's bound on stopping a function) past the end of
     its tenure in a process that did not stop meanwhile: before that it is
     the fencing's business (a copy that has not noticed yet, its I/O being
-    aborted), after it a copy nobody stopped.
+    aborted), after it a copy nobody stopped. A copy that ignored its
+    cancellation is left running once the runner's bound has passed, its
+    writes fenced by the resignation (`LeaderRunner`): across members it
+    does not count.
     """
     found = []
     by_role: dict[str, list[FunctionRun]] = {}
@@ -825,7 +830,7 @@ def check_function_copies(runs: Iterable[FunctionRun], grace_ms: int) -> list[Vi
                     continue
                 if earlier.process != later.process:
                     gone = earlier.tenure_ended_ms
-                    if gone is None or at < gone + grace_ms or (
+                    if earlier.ignored_cancellation or gone is None or at < gone + grace_ms or (
                             earlier.paused_ms is not None and earlier.paused_ms <= at):
                         continue
                 where = ("in one process" if earlier.process == later.process

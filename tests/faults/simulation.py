@@ -597,7 +597,8 @@ class Simulation:
         self.tenure_ended: dict[Leadership, tuple[int, int]] = {}
         """When each owned tenure ended: its process's running ms and cluster ms."""
         self.copies: list[list[object]] = []
-        """Each copy of a function: role, process, tenure, started, ended (cluster ms)."""
+        """Each copy of a function: role, process, tenure, started, ended (cluster ms),
+        whether it ignored its cancellation."""
         self.state_read = [0] * config.partitions
         self.state_appended = [0] * config.partitions
         self.appended_ms: dict[tuple[int, int], tuple[_Process, int]] = {}
@@ -791,7 +792,7 @@ class Simulation:
         library = config.library
 
         async def work(leadership: Leadership) -> None:
-            copy: list[object] = [role, process, leadership, self.clock.now_ms(), None]
+            copy: list[object] = [role, process, leadership, self.clock.now_ms(), None, False]
             self.copies.append(copy)
             try:
                 while True:
@@ -806,6 +807,7 @@ class Simulation:
                     await process.clock.sleep_until(process.clock.now_ms() + interval)
             except asyncio.CancelledError:
                 if library.stubborn and process.rng.random() < library.stubborn:
+                    copy[5] = True
                     await self._ignore_cancellation(process, role)
                 raise
             finally:
@@ -1314,7 +1316,7 @@ class Simulation:
         report.lifecycle_violations += check_tenure_owners(
             lives, round(config.renew * 1000))
         runs = []
-        for role, process, lead, started, ended in self.copies:
+        for role, process, lead, started, ended, ignored in self.copies:
             assert isinstance(process, _Process)
             assert isinstance(lead, Leadership)
             assert isinstance(started, int)
@@ -1323,7 +1325,8 @@ class Simulation:
                 str(role), str(process), lead.tenure, started,
                 ended if isinstance(ended, int) else None,
                 None if gone is None else gone[1],
-                next((at for at in process.stopped_at if at >= started), None)))
+                next((at for at in process.stopped_at if at >= started), None),
+                ignored is True))
         report.lifecycle_violations += check_function_copies(runs, config.lease_ms)
         if self.term_mode:
             return
