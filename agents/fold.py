@@ -25,7 +25,17 @@ under the worker's fold lock: without it one agent's write would undo
 another's.
 
 Nothing a record contains can stop any agent: a malformed record is
-counted and reported (in the role's value, or the partition's), then skipped.
+counted and reported (in the role's value, or the partition's), then
+skipped, and so is a record the pure fold fails on (a bug, logged). A
+failure to store what a record caused is not skipped: an event send, its
+acknowledgement or a table write that fails propagates out of the fold, and
+the agent folds the same events again after `FOLD_RETRY_MS` (`until_applied`).
+Faust acks the events an agent holds only once the agent has finished with
+them, so their offsets stay uncommitted meanwhile, and the value's last
+applied offset makes the part already stored a replay that changes nothing.
+Catching such a failure as a bad record would lose the record's events and
+value together, while the next records folded on: a renewal would then
+open a new tenure, at the wrong offset.
 """
 
 from __future__ import annotations
@@ -33,11 +43,14 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
 from faust.streams import _current_event
 from faust.types import EventT
 
@@ -56,11 +69,12 @@ from agents.folding import (
 from app.context import Context
 from coordination import Record, role_partition
 from tables import partition_state, role_state
-from tables.partition_state import partition_key
+from tables.partition_state import PartitionValue, partition_key
 from tables.role_state import RoleValue
 
-__all__ = ["FOLD_BATCH", "FOLD_WITHIN", "apply_batch", "apply_terms_record", "apply_tick",
-           "as_current_event", "install", "ticked"]
+__all__ = ["FOLD_BATCH", "FOLD_RETRY_MS", "FOLD_WITHIN", "STORE_ERRORS", "apply_batch",
+           "apply_terms_record", "apply_tick", "as_current_event", "install", "ticked",
+           "until_applied"]
 
 log = logging.getLogger("agents.fold")
 
@@ -70,6 +84,11 @@ FOLD_BATCH = 1000
 FOLD_WITHIN = 0.01
 """Seconds the fold agent waits for a batch to fill: the longest a record waits
 to be folded (the commit interval, 0.2 s by default, decides when it is seen)."""
+FOLD_RETRY_MS = 1000
+"""Milliseconds an agent waits before it folds again what it could not store."""
+STORE_ERRORS: tuple[type[Exception], ...] = (KafkaError, ProducerSendError)
+"""What a failed event send, acknowledgement or table write raises: aiokafka's
+errors, and Faust's wrapping of them in its producer's ``send``."""
 
 
 @contextmanager
@@ -148,12 +167,7 @@ async def apply_batch(ctx: Context, events: Sequence[EventT]) -> None:
         try:
             for event in events:
                 with as_current_event(event):
-                    try:
-                        await _fold_record(ctx, event, folded)
-                    except Exception:
-                        # A bug must not wedge the partition: log it loudly and go on.
-                        log.exception("fold failed at partition %d offset %d",
-                                      event.message.partition, event.message.offset)
+                    await _fold_record(ctx, event, folded)
         finally:
             # What was folded is written even if the batch stops half way.
             for role_key, (value, event) in folded.items():
@@ -167,17 +181,62 @@ async def _fold_record(ctx: Context, event: EventT,
     message = event.message
     partition = message.partition
     record = _record(message)
+    try:
+        result = _fold_pure(ctx, record, partition, folded)
+    except Exception:
+        # A bug of the fold must not wedge the partition: log it loudly and go on.
+        log.exception("fold failed at partition %d offset %d", partition, record.offset)
+        return
+    if isinstance(result, _Skipped):
+        if result.value is None:
+            return  # a replay
+        ctx.tables.partition_state[partition_key(partition)] = partition_state.encode(
+            result.value)
+        ctx.metrics.skip(partition, result.why.kind)
+        log.warning("partition %d offset %d skipped: %s", partition, record.offset,
+                    result.why.reason)
+        return
+    value, current_value = result.value, result.before
+    if value is None or value is current_value:
+        return
+    await _publish(ctx, result.events)
+    folded[result.role.encode("utf-8")] = (value, event)
+    _warn_if_out_of_order(value, current_value)
+    if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
+        ctx.metrics.skip(partition, "malformed")
+        log.warning("%s: partition %d offset %d skipped: %s", result.role, partition,
+                    record.offset, value.state.errors[-1][1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Skipped:
+    """A record no role of its partition owns, and the partition's value counting
+    it (None for a replay, already counted)."""
+
+    why: Unattributed
+    value: PartitionValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Folded:
+    """A record folded into its role's value, nothing of it stored or sent yet."""
+
+    role: str
+    before: RoleValue | None
+    value: RoleValue | None
+    events: list[LeadershipEvent]
+
+
+def _fold_pure(ctx: Context, record: Record, partition: int,
+               folded: dict[bytes, tuple[RoleValue, EventT]]) -> _Skipped | _Folded:
+    """What folding `record` makes, without storing or sending anything."""
     key = route(record, partition, ctx.partitions)
     if isinstance(key, Unattributed):
-        table = ctx.tables.partition_state
-        pkey = partition_key(partition)
-        raw = table.get(pkey)
+        raw = ctx.tables.partition_state.get(partition_key(partition))
         current = None if raw is None else partition_state.decode(raw)
-        table[pkey] = partition_state.encode(
-            fold_unattributed(current, record, partition, key))
-        ctx.metrics.skip(partition, key.kind)
-        log.warning("partition %d offset %d skipped: %s", partition, record.offset, key.reason)
-        return
+        if current is not None and record.offset <= current.last_offset:
+            return _Skipped(key, None)
+        return _Skipped(key, fold_unattributed(current, record, partition, key))
     role_key = key.role.encode("utf-8")
     options = ctx.settings.leadership_options
     held = folded.get(role_key)
@@ -185,15 +244,7 @@ async def _fold_record(ctx: Context, event: EventT,
     value, changes = fold(current_value, record, partition, ctx.partitions,
                           placement=options.placement,
                           challenge_stagger=options.challenge_stagger)
-    if value is None or value is current_value:
-        return
-    await _publish(ctx, changes)
-    folded[role_key] = (value, event)
-    _warn_if_out_of_order(value, current_value)
-    if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
-        ctx.metrics.skip(partition, "malformed")
-        log.warning("%s: partition %d offset %d skipped: %s", key.role, partition,
-                    record.offset, value.state.errors[-1][1])
+    return _Folded(key.role, current_value, value, changes)
 
 
 async def apply_terms_record(ctx: Context, message: Any) -> None:
@@ -210,8 +261,14 @@ async def apply_terms_record(ctx: Context, message: Any) -> None:
         return
     role, role_key = key.role, key.role.encode("utf-8")
     async with ctx.fold_lock:
-        current = _load(ctx, role_key)
-        value, events = fold_terms(current, record, partition, ctx.partitions, timeout_ms)
+        try:
+            current = _load(ctx, role_key)
+            value, events = fold_terms(current, record, partition, ctx.partitions, timeout_ms)
+        except Exception:
+            # A bug of the fold must not wedge the partition: log it loudly and go on.
+            log.exception("the terms fold failed at partition %d offset %d", partition,
+                          record.offset)
+            return
         if value is None or value is current:
             return
         await _publish(ctx, events)
@@ -311,18 +368,18 @@ def install(ctx: Context) -> None:
     @app.agent(ctx.state_topic, name="coordination-fold")
     async def fold_agent(stream: Any) -> None:
         async for events in stream.take_events(FOLD_BATCH, FOLD_WITHIN):
-            await apply_batch(ctx, events)
+            await until_applied(ctx, functools.partial(apply_batch, ctx, events), events,
+                                _batch_place(events))
 
     if ctx.terms_topic is not None:
 
         @app.agent(ctx.terms_topic, name="coordination-fold-terms")
         async def terms_agent(stream: Any) -> None:
             async for event in stream.events():
-                try:
-                    await apply_terms_record(ctx, event.message)
-                except Exception:
-                    log.exception("the terms fold failed at partition %d offset %d",
-                                  event.message.partition, event.message.offset)
+                message = event.message
+                await until_applied(ctx, functools.partial(apply_terms_record, ctx, message),
+                                    [event], f"terms partition {message.partition} offset "
+                                    f"{message.offset}")
 
     @app.agent(ctx.ticks_topic, name="coordination-ticks")
     async def tick_agent(stream: Any) -> None:
@@ -331,6 +388,8 @@ def install(ctx: Context) -> None:
                 tick = orjson.loads(event.message.value)
                 await apply_tick(ctx, event.message.partition, int(tick["now"]))
             except Exception:
+                # Nothing is lost with a tick: one that could not store its
+                # events wrote no value, so the next tick reports the lapse again.
                 log.exception("tick failed at partition %d", event.message.partition)
 
     @app.timer(ctx.settings.tick_interval, name="coordination-tick-timer")
@@ -344,6 +403,46 @@ def install(ctx: Context) -> None:
         payload = orjson.dumps({"now": now_ms})
         for partition in ticked(ctx, owned, now_ms):
             await app.producer.send(topic, None, payload, partition, None, None)
+
+
+async def until_applied(ctx: Context, apply: Callable[[], Awaitable[None]],
+                        events: Sequence[EventT], place: str) -> None:
+    """Run `apply` (`apply_batch` or `apply_terms_record` on `events`, the events
+    an agent holds) until it has stored what it folds.
+
+    A `STORE_ERRORS` failure is logged and the same events are folded again
+    `FOLD_RETRY_MS` later, for as long as the agent runs: Faust acks them only
+    after this returns, so their offsets are not committed before their events
+    and values are stored. The attempt that failed stored a prefix of the
+    records' events and values in order (a role's value only after its
+    events), so the next one finds the stored part a replay; an event whose
+    send failed after the broker took it is repeated, at the same role, kind
+    and offset. Any other error is a bug and propagates.
+
+    Once a rebalance has come since the events were fetched, they are given
+    up: Faust skips the events of an earlier consumer generation itself (their
+    partitions' producers may be gone), and their partitions' owners now read
+    them from the committed offsets, which never passed them.
+    """
+    while True:
+        try:
+            await apply()
+            return
+        except STORE_ERRORS as exc:
+            log.error("folding %s: storing its events or values failed (%r); folding it "
+                      "again in %d ms", place, exc, FOLD_RETRY_MS)
+        await ctx.clock.sleep_until_monotonic(ctx.clock.monotonic_ms() + FOLD_RETRY_MS)
+        generation = ctx.app.consumer_generation_id
+        if any(event.message.generation_id != generation for event in events):
+            log.warning("folding %s given up: a rebalance came since it was fetched, and "
+                        "its partitions' owners fold it from their committed offsets", place)
+            return
+
+
+def _batch_place(events: Sequence[EventT]) -> str:
+    first, last = events[0].message, events[-1].message
+    return (f"a batch of {len(events)} records (partition {first.partition} offset "
+            f"{first.offset} to partition {last.partition} offset {last.offset})")
 
 
 def ticked(ctx: Context, owned: Sequence[int], now_ms: int) -> list[int]:

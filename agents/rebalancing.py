@@ -14,7 +14,12 @@ landed or after an interval (docs/design.md#rebalancing).
   when the plan matters. The library's `describe_roles` gives every hosted
   role's state once, and `watch_roles` (read-only: it registers nothing)
   keeps it current; both fold with the election's own rule
-  (docs/decisions.md).
+  (docs/decisions/0027-rebalancing-in-the-worker.md). A failure that may
+  pass (a `TransportError`: the broker unreachable) is retried, backing off
+  from `RETRY` to `RETRY_MAX` seconds; anything else is a bug, which
+  retrying cannot mend: it is logged as an error and ends the rebalancing
+  (the runners go on), as a bug ends a `LeaderRunner`
+  (docs/decisions/0072-rebalancing-over-shared-roles.md).
 - **The live members** (`live_members`) are the workers of the Faust
   consumer group (the partition owners the web view routes by; Kafka's
   group coordinator drops a dead one after the session timeout) whose web
@@ -26,7 +31,6 @@ landed or after an interval (docs/design.md#rebalancing).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -41,16 +45,19 @@ from coordination import (
     describe_roles,
     watch_roles,
 )
+from coordination.errors import retryable
 
-__all__ = ["HEALTH_TIMEOUT", "RETRY", "RoleStates", "WorkerRebalancing", "live_members",
-           "move_json", "rebalance_json"]
+__all__ = ["HEALTH_TIMEOUT", "RETRY", "RETRY_MAX", "RoleStates", "WorkerRebalancing",
+           "live_members", "move_json", "rebalance_json", "retry_delay"]
 
 log = logging.getLogger("agents.rebalancing")
 
 HEALTH_TIMEOUT = 2.0
 """Seconds a peer's ``GET /health`` may take before it counts as not live."""
 RETRY = 2.0
-"""Seconds before the state topic is read again after the watch failed."""
+"""Seconds before the state topic is read again after the watch first failed;
+doubled at each failure in a row, up to `RETRY_MAX`."""
+RETRY_MAX = 30.0
 
 LiveSource = Callable[[], Awaitable[set[str]]]
 
@@ -70,19 +77,26 @@ class RoleStates:
         self.states: dict[str, RoleState] = {}
         self.ready = False
 
-    async def follow(self, retry: Callable[[], Awaitable[None]]) -> None:
-        """Read every hosted role's state, then follow its changes, until cancelled;
-        after a failure (the broker unreachable) wait for `retry()` and read again."""
+    async def follow(self, retry: Callable[[int], Awaitable[None]]) -> None:
+        """Read every hosted role's state, then follow its changes, until cancelled.
+
+        After a failure that may pass (`coordination.errors.retryable`: the
+        broker unreachable) wait for `retry(failures)`, the failures in a row
+        since the last full read, and read again. Any other error is a bug: it
+        is raised, and `ready` stays False.
+        """
+        failures = 0
         while True:
             try:
                 await self._follow_once()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
+                failures = 1 if self.ready else failures + 1
                 self.ready = False
+                if not retryable(exc):
+                    raise
                 log.warning("rebalancing: reading the roles' states failed (%r); "
                             "reading again", exc)
-                await retry()
+                await retry(failures)
 
     async def _follow_once(self) -> None:
         # The watch starts first, at the topic's end as it is now; the full read
@@ -95,6 +109,11 @@ class RoleStates:
             self.ready = True
             async for change in watch:
                 self.states[change.role] = change.state
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds to wait after `failures` failed reads in a row."""
+    return min(RETRY * 2 ** (failures - 1), RETRY_MAX)
 
 
 async def live_members(ctx: Context) -> set[str]:
@@ -163,18 +182,30 @@ class WorkerRebalancing:
         self._tasks = [asyncio.create_task(self.states.follow(self._retry),
                                            name="rebalancing: role states"),
                        asyncio.create_task(self._run(), name="rebalancing: plans")]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
 
-    async def _retry(self) -> None:
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A task that ended on its own ended with a bug: say so, and stop the other
+        (plans from states no longer followed would count the wrong holders)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("%s failed with a bug; member %s stops rebalancing",
+                  task.get_name(), self.ctx.member, exc_info=task.exception())
+        for other in self._tasks:
+            other.cancel()
+
+    async def _retry(self, failures: int) -> None:
         clock = self.ctx.clock
-        await clock.sleep_until_monotonic(clock.monotonic_ms() + round(RETRY * 1000))
+        await clock.sleep_until_monotonic(clock.monotonic_ms()
+                                          + round(retry_delay(failures) * 1000))
 
     async def _run(self) -> None:
+        # Nothing a plan does may fail and pass (an unreachable peer is not
+        # live, `live_members`): an error is a bug, and ends the rebalancing.
         while True:
             await self.rebalancer.next_turn()
-            try:
-                await self.step()
-            except Exception:  # a bug here must not end the worker's rebalancing for good
-                log.exception("rebalancing: a plan failed; planning again next turn")
+            await self.step()
 
     async def step(self) -> Move | None:
         """Learn who is live, then plan and make at most one handover (none
@@ -188,10 +219,12 @@ class WorkerRebalancing:
         return move
 
     async def stop(self) -> None:
-        """Stop planning (before the runners stop: no handover during a shutdown)."""
+        """Stop planning (before the runners stop: no handover during a shutdown).
+
+        A bug that ended the rebalancing was logged when it happened; the
+        shutdown goes on past it.
+        """
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []

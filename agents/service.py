@@ -35,7 +35,6 @@ fold and the web view keep working).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextlib import AsyncExitStack
 from typing import Any
@@ -46,7 +45,7 @@ from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
 from app.context import Context
 from coordination.admission import RenewalLatencyAdmission
-from coordination.cancellation import bounded
+from coordination.cancellation import bounded, cancel_and_wait, through_cancellation
 from coordination.heap import HeapSettler, freeze_new, settle_heap
 
 __all__ = ["RoleService", "install"]
@@ -64,7 +63,7 @@ class RoleService(Service):
         self.ctx = ctx
         self._stack = AsyncExitStack()
         self._connecting: asyncio.Task[None] | None = None
-        self._resigned = False
+        self._resigning: asyncio.Task[None] | None = None
         self._rebalancing: WorkerRebalancing | None = None
         self._settling: asyncio.Task[None] | None = None
         self._assigned = asyncio.Event()
@@ -147,26 +146,39 @@ class RoleService(Service):
         await self.resign_all()
 
     async def resign_all(self) -> None:
-        """Stop every runner (resigning held roles) and close the transport; idempotent."""
-        if self._resigned:
-            return
-        self._resigned = True
-        if self._connecting is not None and not self._connecting.done():
-            self._connecting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._connecting
+        """Stop every runner (resigning held roles) and close the transport; idempotent.
+
+        The resignation runs once, in a task of its own, and every call waits
+        for it. A caller cancelled meanwhile gets its cancellation once the
+        resignation is over (each runner bounds its own steps): a worker whose
+        stop is cancelled still hands its roles back, and the cancellation is
+        not lost either.
+        """
+        if self._resigning is None:
+            self._resigning = asyncio.ensure_future(self._resign())
+        await through_cancellation(self._resigning)
+
+    async def _resign(self) -> None:
+        if self._connecting is not None:
+            await cancel_and_wait(self._connecting)
+            _log_failure(self._connecting, "connecting the coordination transport")
         if self._rebalancing is not None:
             await self._rebalancing.stop()
         if self._settling is not None:
-            self._settling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._settling
+            await cancel_and_wait(self._settling)
+            _log_failure(self._settling, "settling the heap")
         runners = list(self.ctx.runners.values())
         # Resign in parallel: each runner bounds its own steps.
         await asyncio.gather(*(runner.stop() for runner in runners), return_exceptions=True)
         log.info("member %s resigned its roles", self.ctx.member)
         self.ctx.transport = None
         await self._stack.aclose()
+
+
+def _log_failure(task: asyncio.Task[None], doing: str) -> None:
+    """Log the error `task` (ended, its outcome retrieved) ended with, if any."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("%s failed", doing, exc_info=error)
 
 
 def install(ctx: Context) -> RoleService:

@@ -10,12 +10,16 @@ Prometheus registry, `app.demo` the demo role, and
 (and one to aiokafka's).
 See docs/app.md.
 
-Importing the package refuses a faust-streaming version the worker was not
-tested with, unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (`app.faust_internals`).
+Importing the package refuses a faust-streaming or mode-streaming version the
+worker was not tested with, unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1``
+(`app.faust_internals`).
 """
+
+from importlib.metadata import version
 
 import faust
 
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 
 FAUST.require(faust.__version__)
+MODE.require(version(MODE.distribution))

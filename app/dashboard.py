@@ -345,8 +345,10 @@ function renderRebalance() {
     if (!w.plan) { li.textContent = w.member + ": no plan yet"; return li; }
     const held = Object.entries(w.plan.held).map(([m, n]) => m + " " + n).join(", ");
     li.textContent = w.member + " at " + clock(w.plan.at) + ": fair share " +
-      w.plan.fair_share + " of " + w.plan.roles + " roles; held: " + held + "; " +
-      w.plan.moves.length + " to hand over";
+      w.plan.fair_share + " of the " + w.plan.roles + " roles every live worker hosts (" +
+      w.plan.hosted + " hosted here); held: " + held + "; " +
+      w.plan.moves.length + " to hand over" +
+      (w.plan.standing.length ? "; standing up: " + w.plan.standing.join(", ") : "");
     return li;
   }));
   $("moves").replaceChildren(...[...rebalance.moves].reverse()

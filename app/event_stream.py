@@ -22,8 +22,7 @@ aio-libs' aiohttp-sse serves the stream: the framing, the headers (with
 ping, and cutting off a client that stalls for 120 s (its send timeout).
 The relay's parsing of a worker's stream is written here by hand: no
 maintained client package exists (aiohttp-sse-client was last released in
-2021), and the relay needs only ``data:`` and ``event:`` (docs/decisions.md,
-"Watchers").
+2021), and the relay needs only ``data:`` and ``event:`` (docs/decisions/0019-watchers.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,18 @@
-"""The faust-streaming versions the worker was tested with, and the internals it uses.
+"""The faust-streaming and mode-streaming versions the worker was tested with, and
+the internals it uses.
 
-`app.faust_patches` replaces some of Faust's methods with fixed copies, written
-against faust-streaming 0.15.3's source (docs/upstream-faust.md), and the
-recovery regression test wraps another (``tests/app/faust_seek_check.py``). A
-release the patches were not checked against may have fixed, moved or changed
-what they replace, so the range is that one release: the worker refuses
-another at import unless ``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (then it warns,
-and the recovery patch, which only makes sense on the code it was checked
-against, is not installed).
+`app.faust_patches` replaces some of Faust's methods, and of mode-streaming's
+(Faust's service and queue library: ``FlowControlEvent``), with fixed copies
+written against faust-streaming 0.15.3's and mode-streaming 0.7.1's source
+(docs/upstream-faust.md), and the recovery regression test wraps another
+(``tests/app/faust_seek_check.py``). A release the patches were not checked
+against may have fixed, moved or changed what they replace, so each range is
+that one release: the worker refuses another of either at import unless
+``COORDINATION_ALLOW_UNTESTED_FAUST=1`` (then it warns, and the recovery
+patches, which only make sense on the code they were checked against, are
+not installed). One variable covers both: faust-streaming and its
+mode-streaming are one stack to the worker, and a Faust upgrade usually
+brings a mode-streaming one.
 
 `INTERNALS` lists every non-public Faust name the worker uses (and the aiokafka names
 it reaches through Faust), as ``"module:Object.attribute"``;
@@ -18,13 +23,21 @@ from __future__ import annotations
 
 from coordination.versions import DependencyRange
 
-__all__ = ["FAUST", "INTERNALS"]
+__all__ = ["FAUST", "INTERNALS", "MODE"]
 
 FAUST = DependencyRange(
     distribution="faust-streaming",
     specifier="==0.15.3",
     override="COORDINATION_ALLOW_UNTESTED_FAUST",
 )
+
+MODE = DependencyRange(
+    distribution="mode-streaming",
+    specifier="==0.7.1",
+    override=FAUST.override,
+)
+"""Its version is read from the installed distribution's metadata: the ``mode``
+package's own ``__version__`` is a placeholder ("0.0.1")."""
 
 INTERNALS: tuple[str, ...] = (
     # Recovery high watermarks asked of the broker (patch 1).
@@ -73,7 +86,10 @@ INTERNALS: tuple[str, ...] = (
     # No record of a paused partition fetched while no partition is active (patch 14).
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
     "aiokafka.consumer.fetcher:Fetcher.fetched_records",
-    # A connection lost during FindCoordinator is retried (patch 8).
+    # A connection lost during FindCoordinator is retried by the worker's Faust
+    # producers, whose aiokafka clients and their senders are subclasses (patch 8).
+    "faust.transport.drivers.aiokafka:Producer._producer_type",
+    "aiokafka.producer.producer:AIOKafkaProducer._sender",
     "aiokafka.producer.sender:Sender._find_coordinator",
     "aiokafka.producer.sender:Sender._retry_backoff",
     # The fold's committed offsets, for its lag in GET /ready (app.health).

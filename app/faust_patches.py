@@ -1,5 +1,5 @@
 """Patches for eleven faust-streaming 0.15.3 bugs, five of its slow paths and one
-aiokafka 0.14 bug, applied
+aiokafka 0.14 bug (in the worker's Faust producers only), applied
 when the worker app is built. All were seen on the local broker (docs/app.md).
 
 1. Recovery high watermarks. Under ``processing_guarantee="exactly_once"``
@@ -39,7 +39,10 @@ in none: ``IllegalOperation("Can't send messages while not in
 transaction")`` crashes the buffer and a worker stopped with SIGTERM exits
 1 (seen in a rolling restart: a worker stopped just as its recovery ended).
 So the commit flushes the buffer first, outside the transaction locks that
-each buffered send takes. And it waits for the writes under way: the
+each buffered send takes, and a flush that cannot finish within
+`FLUSH_SECONDS` fails the commit (`UnflushedWritesError`): the offsets are
+never committed ahead of their table writes, and the worker's crash leaves
+the partition's uncommitted records to be folded again. And it waits for the writes under way: the
 buffer's sending task takes a write off its queue and then awaits the send,
 and Faust's count of buffered writes (``ProducerBuffer.size``) no longer
 includes it, so a flush that went by the count alone let the commit go
@@ -59,7 +62,8 @@ older than its committed offsets, and the records between are never folded
 again (seen on the local broker: a term-mode standby took a partition over
 without the holder's heartbeats and the next term's claim). So
 ``Producer.flush`` drains the buffer as the transactional commit does,
-before it waits for the client's own sends.
+before it waits for the client's own sends, and fails the commit as that one
+does when the buffer cannot be drained.
 
 2c. A table write made after the final commit. The consumer's final commit
 (``commit_and_end_transactions``, from its ``on_stop``) can come while an
@@ -160,10 +164,13 @@ that closes in the middle of the request (a broker restarting) as a plain
 send again, Faust's next commit raises, the consumer crashes and the worker
 exits. Seen in ``tests/app/test_app_ready_broker.py``: the worker crashed
 just after its broker came back. The lookup is now retried as aiokafka
-retries a node not ready: a metadata update, the retry backoff, and again.
-It is installed on aiokafka's ``Sender``, so it holds for every producer of
-the worker's process, the coordination's role producers included (the
-library itself patches nothing globally).
+retries a node not ready: a metadata update, the retry backoff, and again,
+at most `COORDINATOR_RETRIES` times, after which the error propagates as
+before. Only the worker's Faust producers do so: Faust's aiokafka
+``Producer`` builds its clients as a `WorkerProducer`, whose sender is a
+`CoordinatorRetrySender`. aiokafka's own ``Sender`` is left as it is, and so
+are the producers of the coordination library, which the worker runs
+beside Faust's and which retry on their own terms.
 
 9. Every other request of the consumer thread queued behind a 1.5 s long
 poll. Faust creates its worker consumer with ``fetch_max_wait_ms=1500``, a
@@ -286,9 +293,11 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from importlib import metadata
 from typing import Any, TypeVar
 
 import faust
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
 from aiokafka.producer.sender import Sender
 from faust.tables import manager as faust_tables_manager
@@ -298,16 +307,30 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 
-__all__ = ["FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
-           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "RecoveryQueue",
-           "SendsUnderWay", "apply", "no_fetch_backoff", "short_long_poll"]
+__all__ = ["COORDINATOR_RETRIES", "FAUST_CHANGELOG_QUEUE", "FETCH_BACKOFF", "FETCH_MAX_WAIT_MS",
+           "REBALANCED_DURING_RECOVERY", "RECOVERY_IDLE", "ActiveOnly", "CoordinatorRetrySender",
+           "RecoveryQueue", "SendsUnderWay", "UnflushedWritesError", "WorkerProducer", "apply",
+           "no_fetch_backoff", "short_long_poll"]
 
 log = logging.getLogger("app.faust_patches")
 
 _APPLIED = "_krabka_patched"
 FLUSH_SECONDS = 5.0
+"""The longest a commit waits for the producer buffer's table writes to be sent."""
+
+
+class UnflushedWritesError(RuntimeError):
+    """A commit's flush could not send the producer buffer's table writes in time:
+    the commit fails rather than commit offsets ahead of their writes."""
+
+    def __init__(self, buffered: int, sending: int) -> None:
+        super().__init__(f"{buffered} table writes still buffered and {sending} being sent "
+                         f"after {FLUSH_SECONDS:g} s: the commit fails rather than commit "
+                         "offsets ahead of them")
+        self.buffered = buffered
+        self.sending = sending
 
 
 async def _highwaters(self: Any, partitions: Iterable[Any]) -> Mapping[Any, int]:
@@ -412,6 +435,10 @@ async def _flush_buffer(buffer: Any) -> None:
     ``ProducerBuffer.flush`` gives up after 0.1 s without a send, so it is
     repeated while messages remain, for at most `FLUSH_SECONDS`; a buffer
     that is not running sends nothing (Faust's own flush would raise).
+    Every caller commits offsets next, and an offset committed ahead of its
+    event's table write loses the write if the worker dies before the next
+    commit: so writes still buffered or being sent at the deadline raise
+    `UnflushedWritesError`, and the commit fails instead.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FLUSH_SECONDS
@@ -419,16 +446,14 @@ async def _flush_buffer(buffer: Any) -> None:
     while (buffer.size or under_way.count) and buffer.state == "running":
         left = deadline - loop.time()
         if left <= 0:
-            log.warning("%d table writes still buffered and %d being sent at a commit; they "
-                        "join the next transaction", buffer.size, under_way.count)
-            return
+            raise UnflushedWritesError(buffer.size, under_way.count)
         if buffer.size:
             await buffer.flush()
         else:
             try:
                 await asyncio.wait_for(under_way.idle(), left)
             except TimeoutError:
-                continue  # the deadline's warning, above
+                continue  # the deadline's error, above
 
 
 _original_flush = faust_aiokafka.Producer.flush
@@ -527,20 +552,45 @@ async def _fetch_records(self: Any, consumer: Any, active_partitions: Any,
                                          max_records=max_records)
 
 
-_original_find_coordinator = Sender._find_coordinator
+COORDINATOR_RETRIES = 10
+"""How many times a worker's Faust producer looks its coordinator up again after
+the connection was lost during the lookup, before the error propagates (patch 8)."""
 
 
-async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str) -> Any:
-    """aiokafka's ``Sender._find_coordinator``, retrying a connection lost during
-    the lookup (patch 8)."""
-    while True:
-        try:
-            return await _original_find_coordinator(self, coordinator_type, coordinator_key)
-        except KafkaError as exc:
-            if not isinstance(exc.__cause__, KafkaConnectionError):
-                raise
-        await self.client.force_metadata_update()
-        await asyncio.sleep(self._retry_backoff)
+class CoordinatorRetrySender(Sender):
+    """aiokafka's ``Sender``, whose coordinator lookup is retried after a connection
+    lost during it, at most `COORDINATOR_RETRIES` times (patch 8)."""
+
+    async def _find_coordinator(self, coordinator_type: Any, coordinator_key: str) -> Any:
+        retries = 0
+        while True:
+            try:
+                return await super()._find_coordinator(coordinator_type, coordinator_key)
+            except KafkaError as exc:
+                if (not isinstance(exc.__cause__, KafkaConnectionError)
+                        or retries == COORDINATOR_RETRIES):
+                    raise
+            retries += 1
+            await self.client.force_metadata_update()
+            await asyncio.sleep(self._retry_backoff)
+
+
+class WorkerProducer(AIOKafkaProducer):
+    """The aiokafka producer Faust's aiokafka ``Producer`` builds in the worker: its
+    sender is a `CoordinatorRetrySender` (patch 8).
+
+    aiokafka builds the sender in ``AIOKafkaProducer.__init__`` by its module's
+    name for ``Sender``, so the built one is made the subclass, which adds
+    behaviour only, no state."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._sender.__class__ = CoordinatorRetrySender
+
+
+def _producer_type(self: Any) -> type[AIOKafkaProducer]:
+    """``Producer._producer_type``: the client class Faust's producer builds (patch 8)."""
+    return WorkerProducer
 
 
 _original_on_rebalance = faust_consumer.TransactionManager.on_rebalance
@@ -816,19 +866,22 @@ def apply() -> None:
     faust_consumer.TransactionManager.on_rebalance = _on_rebalance  # type: ignore[method-assign]
     thread.on_start = _consumer_thread_on_start  # type: ignore[method-assign]
     thread._fetch_records = _fetch_records  # type: ignore[method-assign]
-    Sender._find_coordinator = _find_coordinator  # type: ignore[method-assign]
-    _patch_recovery(faust.__version__)
+    faust_aiokafka.Producer._producer_type = property(_producer_type)  # type: ignore[method-assign,assignment]
+    _patch_recovery(faust.__version__, metadata.version(MODE.distribution))
     setattr(thread, _APPLIED, True)
 
 
-def _patch_recovery(version: str) -> bool:
-    """Install the recovery fix if `version` (faust-streaming's) is one it was checked on."""
-    if not FAUST.covers(version):
-        log.warning("faust-streaming %s: the recovery patches are for %s only and are not "
-                    "installed; check whether Recovery._restart_recovery still swallows "
-                    "RebalanceAgain, and _slurp_changelogs still waits two 5 s polls and "
-                    "ends a partition at the consumer's position (docs/upstream-faust.md)",
-                    version, FAUST.requirement)
+def _patch_recovery(version: str, mode_version: str) -> bool:
+    """Install the recovery fix if `version` (faust-streaming's) and `mode_version`
+    (mode-streaming's) are the ones it was checked on."""
+    if not (FAUST.covers(version) and MODE.covers(mode_version)):
+        log.warning("faust-streaming %s with mode-streaming %s: the recovery patches are for "
+                    "%s with %s only and are not installed; check whether "
+                    "Recovery._restart_recovery still swallows RebalanceAgain, "
+                    "_slurp_changelogs still waits two 5 s polls and ends a partition at the "
+                    "consumer's position, and FlowControlEvent.resume still empties the "
+                    "queues of an active flow (docs/upstream-faust.md)",
+                    version, mode_version, FAUST.requirement, MODE.requirement)
         return False
     faust_recovery.Recovery._wait = _recovery_wait  # type: ignore[method-assign]
     faust_tables_manager.TableManager.on_start = _table_manager_on_start  # type: ignore[method-assign]

@@ -86,11 +86,13 @@ VARIABLES: Mapping[str, str] = {
     "ready_max_busy": "COORDINATION_READY_MAX_BUSY",
     "log_format": "COORDINATION_LOG_FORMAT",
     "demo": "COORDINATION_DEMO",
+    "roles_modules": "COORDINATION_ROLES_MODULES",
 }
 """The environment variable of each setting but `Settings.connection`, which
 reads ``coordination.kafka.connection.VARIABLES`` (docs/app.md lists both)."""
 
 LOG_FORMATS = ("text", "json")
+_MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 MASK = "********"
@@ -160,6 +162,9 @@ class Settings:
     ready_max_busy: float = 60.0
     log_format: str = "text"
     demo: bool = False
+    roles_modules: str = ""
+    """Modules, comma-separated, that `app.main` imports to declare its roles
+    (`role_modules`)."""
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -193,6 +198,10 @@ class Settings:
         if self.log_format not in LOG_FORMATS:
             raise ValueError(f"COORDINATION_LOG_FORMAT={self.log_format!r} is not one of "
                              f"{', '.join(LOG_FORMATS)}")
+        for module in self.role_modules:
+            if not _MODULE.fullmatch(module):
+                raise ValueError(f"COORDINATION_ROLES_MODULES names {module!r}, which is not a "
+                                 "module name (dotted identifiers, comma-separated)")
         if not 0 < self.ready_probe_interval < self.ready_cluster_timeout:
             raise ValueError(
                 f"COORDINATION_READY_PROBE_INTERVAL ({self.ready_probe_interval} s) must be "
@@ -245,6 +254,12 @@ class Settings:
             # holder writes none there (its claims are on the terms topic).
             return "term mode (COORDINATION_FENCING=term) has no leases to count holders by"
         return None
+
+    @property
+    def role_modules(self) -> tuple[str, ...]:
+        """The modules `app.main` imports after installing the coordination: each
+        declares roles on ``app.main.installation`` at its import."""
+        return tuple(name.strip() for name in self.roles_modules.split(",") if name.strip())
 
     @property
     def term_mode(self) -> bool:

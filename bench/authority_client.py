@@ -14,7 +14,7 @@ path and the lowest child (two round trips). Each call must find member
 Every system's client runs in a process of its own: in one process the
 clients slow one another down (etcd's gRPC client blocks the event loop
 while it waits and runs threads of its own, kazoo runs its own threads),
-which doubled every system's p50 (docs/benchmarks.md, "The authority check,
+which doubled every system's p50 (docs/benchmarks.md at ca89017, "The authority check,
 each system alone"). The process makes ``--warmup`` calls and prints
 ``ready``; at each SIGUSR1 it makes ``--calls`` sequential calls and prints
 ``block`` (``n``: the block's number from 1, ``ms``: each call's time). The

@@ -20,6 +20,7 @@ from pathlib import Path
 from bench import procs
 from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
 from bench.limits import raise_file_limit
+from bench.plots import DOCS_FOLDER
 from bench.scale_worker import LOOPS
 from bench.services import (
     Etcd,
@@ -140,7 +141,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-intervals", default=None,
                    help="comma-separated commit intervals (s) of event-latency "
                         "(default 0.1,0.2,1.0; --quick 0.2,1.0)")
-    p.add_argument("--plots", type=Path, default=None, help="write PNG plots into this folder")
+    p.add_argument("--plots", type=Path, nargs="?", const=DOCS_FOLDER, default=None,
+                   help="write PNG plots into this folder, replacing the plots of an earlier "
+                        f"run there (alone: {DOCS_FOLDER}/, the plots docs/benchmarks.md shows)")
     p.add_argument("--keep", action="store_true", help="keep the run's temporary folder")
     return p
 

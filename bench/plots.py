@@ -1,4 +1,4 @@
-"""PNG plots of a run's JSON: ``python -m bench.plots RESULTS.json OUTDIR``.
+"""PNG plots of a run's JSON: ``python -m bench.plots RESULTS.json [OUTDIR]``.
 
 Empirical CDFs of the time figures (crash failover, overshoot, graceful
 handover, authority check), zombie writes per trial (both zombie figures; term
@@ -6,6 +6,10 @@ mode's legend adds what `TermFilter` dropped), roles-scale curves against N,
 the roles-scale-group split and the event latency against the worker's
 commit interval.
 Needs matplotlib (the bench extra).
+
+A folder holds one run's plots: writing a run's plots removes the plots an
+earlier run left there (every ``bench-*.png``), so the plots of
+docs/benchmarks.md, in `DOCS_FOLDER`, are always the run its table shows.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from typing import Any
 COLORS = {"krabka": "tab:blue", "krabka-term": "tab:purple", "etcd": "tab:orange",
           "zookeeper": "tab:green", "aiokafka-raw": "tab:gray", "orjson": "tab:gray",
           "aiohttp-static": "tab:gray"}
+
+DOCS_FOLDER = Path("docs/bench")
+"""Where the plots of the run docs/benchmarks.md shows live (``--plots`` alone)."""
+
+PLOT_GLOB = "bench-*.png"
+"""The names of every plot this module writes, and so of the plots a run replaces."""
 
 
 def _ecdf(ax: Any, rows: list[dict[str, Any]], title: str, xlabel: str, *,
@@ -47,6 +57,8 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(PLOT_GLOB):
+        stale.unlink()
     written: list[Path] = []
 
     def rows(figure: str, metric: str | None = None) -> list[dict[str, Any]]:
@@ -245,11 +257,11 @@ def _roles_scale_group(plt: Any, rows: list[dict[str, Any]]) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
+    if len(args) not in (1, 2):
         print(__doc__, file=sys.stderr)
         return 2
     results = json.loads(Path(args[0]).read_text())
-    for path in plot_all(results, Path(args[1])):
+    for path in plot_all(results, Path(args[1]) if len(args) == 2 else DOCS_FOLDER):
         print(path)
     return 0
 

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable
 
 from coordination.admission import Admission, wait_ms
+from coordination.cancellation import through_cancellation
 from coordination.clock import Clock, SystemClock
 from coordination.epoch_tenure import EpochLeadership, hand_back
 from coordination.errors import EpochLostError, FencedError, FormatError, TransportError
@@ -139,7 +140,9 @@ class _Candidate:
                     # return: nothing can cancel the caller in between.
                     return leadership
         except BaseException:
-            await asyncio.shield(self._stop_waiting())
+            # Through a cancellation: a shielded clean-up whose caller is
+            # cancelled would be left running, its error never retrieved.
+            await through_cancellation(asyncio.ensure_future(self._stop_waiting()))
             raise
 
     async def _stop_waiting(self) -> None:

@@ -153,5 +153,6 @@ class UntestedVersionError(CoordinationError, ImportError):
     for aiokafka, the worker for faust-streaming), because both use internals of
     their dependency that a new release may change without notice. The message
     names the tested versions and the environment variable that turns the
-    refusal into an `UntestedVersionWarning` (docs/decisions.md).
+    refusal into an `UntestedVersionWarning`
+    (docs/decisions/0006-packaging-and-dependency-versions.md).
     """

@@ -38,6 +38,8 @@ class Tailing:
 
     The followers of both topics wait on it for the next read or an instant,
     whichever comes first; `next_or` can be cancelled without losing a read.
+    A read that failed raises once and closes the tail (`following` is then
+    False), so a follower never waits again on a tail that cannot deliver.
     """
 
     def __init__(self) -> None:
@@ -55,7 +57,10 @@ class Tailing:
         self._tail = await opening
 
     async def next_or(self, sleep: Awaitable[None] | None) -> PartitionRead | None:
-        """The tail's next read, or None if `sleep` ended first."""
+        """The tail's next read, or None if `sleep` ended first.
+
+        A failed read raises its error here once and closes the tail.
+        """
         assert self._tail is not None, "start() the tail first"
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._tail.next())
@@ -71,8 +76,15 @@ class Tailing:
                 sleeper.cancel()
         if not self._pending.done():
             return None
-        read, self._pending = self._pending.result(), None
-        return read
+        pending, self._pending = self._pending, None
+        try:
+            return pending.result()
+        except Exception:
+            # The error is the caller's once. A tail that failed returns nothing
+            # more, so it is dropped: the follower's next wait reads what it
+            # missed and starts a new tail from there.
+            await self.close()
+            raise
 
     def drain(self) -> PartitionRead | None:
         """The read the tail returned that no wait has taken yet, if any."""

@@ -22,7 +22,7 @@ collection of the middle generation: what survived two collections is
 frozen at once, so neither the middle nor the full collections walk the
 roles taken since the last look again and again. A start-up taking 10 000
 roles spent 25 s of 104 in collections with a freeze at each look only,
-and 2.1 to 4.6 s of 22 to 41 with this (docs/benchmarks.md, "Freezing
+and 2.1 to 4.6 s of 22 to 41 with this (docs/benchmarks.md at ac28ff3, "Freezing
 while the roles grow"). Once a look finds nothing new (`STEADY`), the
 collector runs as CPython runs it. After a tenure has been let go
 (`CHANGED`), it settles in full once the held tenures have stayed the same

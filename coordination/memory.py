@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,6 +38,7 @@ from coordination.partition import murmur2, to_positive
 from coordination.records import role_of
 from coordination.state import Record
 from coordination.status import LeadershipStatus
+from coordination.term_records import term_role_of
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.topic_policy import (
     KAFKA_TRANSACTION_MAX_TIMEOUT_MS,
@@ -415,10 +416,12 @@ async def _round_trip() -> None:
 
 
 class _MemoryTail:
-    def __init__(self, log: _Partition, from_offset: int, role: str | None = None) -> None:
+    def __init__(self, log: _Partition, from_offset: int, role: str | None = None,
+                 key_role: Callable[[bytes], str | None] = role_of) -> None:
         self._log = log
         self._position = from_offset
         self._role = role
+        self._key_role = key_role
         self._seen: tuple[int, int] | None = None
 
     async def next(self) -> PartitionRead:
@@ -427,7 +430,7 @@ class _MemoryTail:
             marks = (read.last_stable_offset, read.high_watermark)
             records = read.records
             if self._role is not None:
-                records = [r for r in records if role_of(r.key) in (self._role, None)]
+                records = [r for r in records if self._key_role(r.key) in (self._role, None)]
                 self._position = max(self._position, read.last_stable_offset)
                 if records:
                     return PartitionRead(records, *marks)
@@ -659,9 +662,12 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.partition(self.terms_topic, partition).read_committed(0)
 
-    async def tail_terms(self, partition: int, from_offset: int) -> _MemoryTail:
-        """Follow the terms topic's `partition` from `from_offset`."""
-        return _MemoryTail(self.broker.partition(self.terms_topic, partition), from_offset)
+    async def tail_terms(self, partition: int, from_offset: int, *,
+                         role: str | None = None) -> _MemoryTail:
+        """Follow the terms topic's `partition` from `from_offset` (only `role`'s
+        records, with `role`)."""
+        return _MemoryTail(self.broker.partition(self.terms_topic, partition), from_offset,
+                           role, term_role_of)
 
     async def check_terms_topic(self, partitions: int) -> TopicCheck:
         """Refuse a terms topic term mode cannot run on (`StateTopicError`)."""

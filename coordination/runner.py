@@ -95,6 +95,14 @@ def backoff_delay(failures: int, first: float, cap: float, rng: random.Random) -
     return rng.uniform(min(first, ceiling), ceiling)
 
 
+# The function task each (role, member) last started in this process, until
+# it ends. A runner stands for a role only once the function that any runner
+# of the same role and member left running has ended (one cancelled while
+# its function ignored the cancellation, say), so one process never runs two
+# copies of a role's function, whichever runners started them.
+_FUNCTIONS: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+
 def campaigns_again_after(error: BaseException | None) -> bool:
     """Whether the runner campaigns again after `error` ended a campaign or a tenure.
 
@@ -119,7 +127,8 @@ class RunnerState(enum.Enum):
 
 
 _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
-    RunnerState.IDLE: frozenset({RunnerState.CAMPAIGNING, RunnerState.STOPPED}),
+    RunnerState.IDLE: frozenset({RunnerState.CAMPAIGNING, RunnerState.AWAITING_FUNCTION,
+                                 RunnerState.STOPPED}),
     RunnerState.CAMPAIGNING: frozenset({RunnerState.LEADING, RunnerState.BACKING_OFF,
                                         RunnerState.STOPPED}),
     RunnerState.LEADING: frozenset({RunnerState.HANDING_OVER}),
@@ -127,7 +136,8 @@ _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
                                          RunnerState.BACKING_OFF, RunnerState.STOPPED}),
     RunnerState.AWAITING_FUNCTION: frozenset({RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF,
                                               RunnerState.STOPPED}),
-    RunnerState.BACKING_OFF: frozenset({RunnerState.CAMPAIGNING, RunnerState.STOPPED}),
+    RunnerState.BACKING_OFF: frozenset({RunnerState.CAMPAIGNING, RunnerState.AWAITING_FUNCTION,
+                                        RunnerState.STOPPED}),
     RunnerState.STOPPED: frozenset(),
 }
 
@@ -187,9 +197,10 @@ class LeaderRunner:
     resigning, deregistering). A function that ignores its cancellation
     that long is reported, and the role is resigned without it: the
     resignation's epoch bump fences its guarded writes (in term mode, the
-    readers' filter drops them). The runner then keeps the function's task
-    and does not stand again until it has ended, reporting it every
-    `stop_timeout`: the role stays vacant from this member meanwhile.
+    readers' filter drops them). Until it has ended, neither this runner nor
+    any other of the same role and member in this process stands for the
+    role (the runner reports it every `stop_timeout`): the role stays vacant
+    from this member meanwhile.
     `retry_interval` is the first back-off after a failed campaign or a
     tenure shorter than a lease; the back-off doubles up to `max_backoff`,
     jittered (`backoff_delay`, drawn from `rng`, by default one seeded
@@ -242,7 +253,6 @@ class LeaderRunner:
         self._step_down = asyncio.Event()
         self._deregister_on_step_down = False
         self._task: asyncio.Task[None] | None = None
-        self._function: asyncio.Task[None] | None = None
         # Whether this member may be on the role's roster: from the first
         # campaign until a resignation or a deregistration removed it.
         self._may_be_registered = False
@@ -296,6 +306,9 @@ class LeaderRunner:
         failures = 0
         try:
             while not self._stop.is_set():
+                await self._outlive_function()
+                if self._stop.is_set():
+                    break
                 self._move(RunnerState.CAMPAIGNING)
                 self._may_be_registered = True
                 leadership = await self._campaign()
@@ -312,9 +325,6 @@ class LeaderRunner:
                 err = leadership.err
                 if err is not None and not campaigns_again_after(err):
                     raise err
-                await self._outlive_function()
-                if self._stop.is_set():
-                    break
                 if stop.reason == "stepped-down":
                     failures = 0
                     continue
@@ -354,13 +364,14 @@ class LeaderRunner:
             raise
         finally:
             stopping.cancel()
-        leadership = await self._settle_campaign(acquiring)
-        if leadership is not None and self._stop.is_set():
-            await self._resign(leadership, deregister=self._deregister_on_stop)
+        if self._stop.is_set():
+            # A tenure won in the same instant as the stop is handed back.
+            await through_cancellation(asyncio.ensure_future(self._abandon(acquiring)))
             return None
-        return leadership
+        return await self._settle_campaign(acquiring)  # done: it does not wait
 
     async def _abandon(self, acquiring: asyncio.Future[Leadership]) -> None:
+        """Stop the campaign; resign a tenure it won. Run it through a cancellation."""
         won = await self._settle_campaign(acquiring)
         if won is not None:
             await self._resign(won, deregister=self._deregister_on_stop)
@@ -374,7 +385,7 @@ class LeaderRunner:
         """
         if not acquiring.done():
             acquiring.cancel()
-            await asyncio.shield(asyncio.wait({acquiring}))
+            await asyncio.wait({acquiring})
         if acquiring.cancelled():
             return None
         exc = acquiring.exception()
@@ -405,7 +416,14 @@ class LeaderRunner:
         contained(self.role, "the observer's elected", self.observer.elected, self.role,
                   leadership)
         work = asyncio.create_task(self._call(leadership), name=f"{self.role} function")
-        self._function = work
+        key = (self.role, self.member)
+        _FUNCTIONS[key] = work
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if _FUNCTIONS.get(key) is task:
+                del _FUNCTIONS[key]
+
+        work.add_done_callback(ended)
         stopping = asyncio.ensure_future(self._stop.wait())
         stepping = asyncio.ensure_future(self._step_down.wait())
         try:
@@ -509,14 +527,16 @@ class LeaderRunner:
                     else "returned")
 
     async def _outlive_function(self) -> None:
-        """Wait until the last tenure's function has ended, reporting it every
-        `stop_timeout`, so that this process never runs two copies of it.
+        """Wait until the function a runner of this role and member last
+        started in this process has ended, reporting it every `stop_timeout`,
+        so that the process never runs two copies of it.
 
         A stop ends the wait: the function is left to end on its own, and
         its end is logged.
         """
-        work = self._function
-        if work is None or work.done():
+        work = _FUNCTIONS.get((self.role, self.member))
+        if (work is None or work.done()
+                or work.get_loop() is not asyncio.get_running_loop()):
             return
         self._move(RunnerState.AWAITING_FUNCTION)
         stopping = asyncio.ensure_future(self._stop.wait())

@@ -106,8 +106,12 @@ class Leadership(abc.ABC):
     writes go through `transaction()`.
 
     Local deadlines run on the clock's monotonic time, measured from the
-    moment each renewal (a lease record, a heartbeat) was sent: a step of
-    this process's wall clock cannot extend the time it trusts its tenure.
+    moment the last renewal that counts was sent: a step of this process's
+    wall clock cannot extend the time it trusts its tenure. Epoch mode counts
+    a lease record once its commit is acknowledged; term mode a heartbeat
+    only once the tenure has read it back with its term still the highest
+    (`_extend_fence`). The next renewal is scheduled from the last one sent
+    and acknowledged, whether it counts yet or not.
     `on_renewed`, if set, is called with each renewal's record (a `Lease` or
     a `Heartbeat`) and its latency in seconds; the admission the tenure was
     taken through, if any, is told of each (`Admission.lease_written`).
@@ -146,6 +150,9 @@ class Leadership(abc.ABC):
         self._state = TenureState.LEADING
         self._sent_mono = sent_monotonic_ms
         self._sent_wall = sent_wall_ms
+        self._fence_from_mono = sent_monotonic_ms
+        """When the last renewal that counts toward the fence deadline was sent."""
+        self._fence_from_wall = sent_wall_ms
         self._renewal_due_mono = sent_monotonic_ms + self.options.renew_ms
         """When the next renewal is due: the last send plus its jittered interval."""
         self._hand_back: asyncio.Future[None] | None = None
@@ -183,18 +190,19 @@ class Leadership(abc.ABC):
     @property
     def fence_deadline_monotonic(self) -> int:
         """The fence deadline on the clock's monotonic milliseconds: what `fenced()` uses."""
-        return self._sent_mono + self.options.lease_ms - self.options.margin_ms
+        return self._fence_from_mono + self.options.lease_ms - self.options.margin_ms
 
     @property
     def fence_deadline(self) -> int:
         """The fence deadline as an epoch-ms instant, for display and logs.
 
-        It is the last renewal's send time on the wall clock (in epoch mode,
-        the lease's `granted_at`) plus the lease, less the fence margin. The
+        It is the send time on the wall clock of the last renewal that counts
+        (in epoch mode, the lease's `granted_at`) plus the lease, less the
+        fence margin. The
         decision is taken on the monotonic clock (`fenced()`, `remaining()`):
         compare against those, not against the wall clock, which can step.
         """
-        return self._sent_wall + self.options.lease_ms - self.options.margin_ms
+        return self._fence_from_wall + self.options.lease_ms - self.options.margin_ms
 
     def remaining(self) -> float:
         """Seconds until the fence deadline (monotonic); 0 once fenced."""
@@ -350,15 +358,27 @@ class Leadership(abc.ABC):
             contained(self.role, "the admission's lease_written", admission.lease_written,
                       first_lease_latency)
 
-    def _renewed(self, record: object, sent_monotonic_ms: int, sent_wall_ms: int) -> None:
+    def _renewed(self, record: object, sent_monotonic_ms: int, sent_wall_ms: int, *,
+                 counts: bool = True) -> None:
+        """A renewal sent at `sent_monotonic_ms` was acknowledged: the next is
+        scheduled from it, and unless `counts` is False it extends the fence
+        deadline at once (term mode extends it later, by `_extend_fence`)."""
         self._sent_mono = sent_monotonic_ms
         self._sent_wall = sent_wall_ms
+        if counts:
+            self._extend_fence(sent_monotonic_ms, sent_wall_ms)
         latency = (self._clock.monotonic_ms() - sent_monotonic_ms) / 1000
         if self._admission is not None:
             contained(self.role, "the admission's lease_written", self._admission.lease_written,
                       latency)
         if self.on_renewed is not None:
             contained(self.role, "the renewal observer", self.on_renewed, record, latency)
+
+    def _extend_fence(self, sent_monotonic_ms: int, sent_wall_ms: int) -> None:
+        """Count the renewal sent at `sent_monotonic_ms` toward the fence deadline."""
+        if sent_monotonic_ms > self._fence_from_mono:
+            self._fence_from_mono = sent_monotonic_ms
+            self._fence_from_wall = sent_wall_ms
 
     async def _renew_loop(self) -> None:
         count = 0

@@ -92,7 +92,7 @@ class _TermCandidate:
                     # return: nothing can cancel the caller in between.
                     return leadership
         finally:
-            await asyncio.shield(self._close(terms_too=not won))
+            await through_cancellation(asyncio.ensure_future(self._close(terms_too=not won)))
 
     async def _close(self, *, terms_too: bool) -> None:
         await self.roster.close()

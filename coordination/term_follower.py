@@ -2,7 +2,11 @@
 
 Read once, then tailed: records are folded into the role's `TermView` as
 they arrive (`coordination.term_fold`), so neither a standby nor the leader
-re-reads the partition. `quiet_since_ms` is when, on this member's monotonic
+re-reads the partition. The tail follows this role only: the heartbeats of
+the partition's other roles neither reach the fold nor wake the member. A
+tail that fails raises its error once from `wait`; the next `wait` reads the
+partition to its end and tails again from there, folding only what it had
+not folded. `quiet_since_ms` is when, on this member's monotonic
 clock, it read the latest sign of life of the current term (the view's
 `sign_offset` moved), or began reading: a standby's election timeout runs
 from there (docs/term-mode.md#the-election-rule).
@@ -30,7 +34,7 @@ class TermFollower:
         self._fold = TermFold(role)
         self._next_offset = 0
         self.end_offset = 0
-        """The partition's end as of the last read: every record below it is folded."""
+        """Where the reads have reached: every record of the role below it is folded."""
         self.quiet_since_ms = clock.monotonic_ms()
         self._sign: int | None = None
         self._tail = Tailing()
@@ -49,16 +53,22 @@ class TermFollower:
         read = await self._log.read_terms(self.partition)
         self._apply(read)
         if not self._tail.following:
-            await self._tail.start(self._log.tail_terms(self.partition, read.high_watermark))
+            await self._tail.start(self._log.tail_terms(self.partition, read.high_watermark,
+                                                        role=self.role))
 
     async def wait(self, until_monotonic_ms: int | None) -> bool:
         """Wait for new records, or for `until_monotonic_ms` on the monotonic clock.
 
         Returns True when records arrived. Cancelling it loses nothing: the
-        pending read is kept for the next call.
+        pending read is kept for the next call. A failed read raises its
+        error; the next call starts over with `read_to_end`, and returns at
+        once if that read folded anything new.
         """
         if not self._tail.following:
+            folded = self._next_offset
             await self.read_to_end()
+            if self._next_offset > folded:
+                return True
         sleep = (None if until_monotonic_ms is None
                  else self._clock.sleep_until_monotonic(until_monotonic_ms))
         read = await self._tail.next_or(sleep)
@@ -69,7 +79,7 @@ class TermFollower:
 
     def _apply(self, read: PartitionRead) -> None:
         self._fold_new(read.records)
-        self.end_offset = max(self.end_offset, read.high_watermark)
+        self.end_offset = max(self.end_offset, read.last_stable_offset)
 
     def _fold_new(self, records: list[Record]) -> None:
         for record in records:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
+from coordination.errors import FormatError
 from coordination.wire import Reader, Writer
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "encode_term_header",
     "encode_term_key",
     "heartbeat_key",
+    "term_role_of",
 ]
 
 TERM_FORMAT_VERSION: Final = 0
@@ -192,6 +194,15 @@ def decode_term_key(data: bytes) -> TermKey:
         if term < 1:
             raise reader.fail(f"{kind.name.lower()} key with term {term}, below 1")
     return TermKey(role, member, term, kind)
+
+
+def term_role_of(key: bytes) -> str | None:
+    """The role a term key names, or None for a key that does not decode (a
+    term fold cannot attribute it, so every role's fold lists it as an error)."""
+    try:
+        return decode_term_key(key).role
+    except FormatError:
+        return None
 
 
 def encode_claim(claim: Claim) -> bytes:

@@ -7,6 +7,14 @@ higher term on its terms partition (`FencedError`, `done`), or at its fence
 deadline, and readers that apply `coordination.TermFilter` drop whatever it
 wrote after the newer term's barrier.
 
+The broker acknowledges a deposed leader's heartbeat as readily as a
+current one's, so an acknowledgement proves nothing: a heartbeat extends the
+fence deadline only once this tenure has read it back on its terms tail with
+its term still the highest. A leader whose tail cannot read, whether it
+fails or stalls, therefore runs into its fence deadline exactly as an
+epoch-mode leader whose renewals the broker refuses; the deadline is still
+counted on the monotonic clock from the heartbeat's send.
+
 Writes go through `transaction()` as in epoch mode, to the declared output
 topics only (`LeadershipOptions.outputs`). Before the tenure's first data
 record on a partition, every partition of every declared topic gets a term
@@ -55,6 +63,15 @@ __all__ = ["TermLeadership", "TermWriter"]
 log = logging.getLogger("coordination.leadership")
 
 BARRIER_RETRY_MS = 250
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A heartbeat the broker acknowledged at `offset`, sent at these instants."""
+
+    offset: int
+    monotonic_ms: int
+    wall_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +137,8 @@ class TermLeadership(Leadership):
         self._barriered: dict[str, int] = {}
         """Per declared topic, how many of its partitions have this term's barrier."""
         self._round_robin = {topic: itertools.count() for topic in options.outputs}
+        self._unread: list[_Sent] = []
+        """Heartbeats acknowledged but not yet read back, in offset order."""
         self._start_tasks(("terms tail", self._watch_terms), ("barriers", self._write_barriers))
 
     @property
@@ -215,11 +234,16 @@ class TermLeadership(Leadership):
                 f"(declared: {declared}); pass it in outputs= so it gets the term's barrier")
 
     async def _watch_terms(self) -> None:
-        """Tail the terms partition; a claim of a higher term ends the tenure.
+        """Tail the terms partition: a claim of a higher term ends the tenure, and
+        each heartbeat read back extends the fence deadline.
 
-        A `TransportError` of the tail only delays the news: the fence
-        deadline still ends a leader that cannot read its partition.
+        While the tail cannot read, no heartbeat counts, so the fence deadline
+        ends a leader that stays blind. A `TransportError` of the tail is
+        logged once per outage; the follower then reads the partition to its
+        end and tails again, so the news of a higher claim arrives as soon as
+        reading works again.
         """
+        outage: BaseException | None = None
         while not self._done.done():
             try:
                 await self._follower.wait(None)
@@ -227,25 +251,49 @@ class TermLeadership(Leadership):
                 if not retryable(exc):
                     self._end(exc)
                     return
-                log.warning("%s: the terms tail failed, retrying: %r", self.role, exc)
+                if outage is None:
+                    log.warning("%s: the terms tail failed, reading again until the fence "
+                                "deadline: %r", self.role, exc)
+                outage = exc
                 await self._clock.sleep_until_monotonic(self._clock.monotonic_ms()
                                                         + BARRIER_RETRY_MS)
                 continue
-            view = self._follower.view
-            if deposed(view, self.term):
-                self._end(FencedError(
-                    f"{self.role}: {view.holder or 'another member'} claimed term {view.term}, "
-                    f"superseding this member's term {self.term}"))
+            if outage is not None:
+                log.info("%s: the terms tail reads again after %r", self.role, outage)
+                outage = None
+            if self._read_back():
                 return
+
+    def _read_back(self) -> bool:
+        """Judge what the fold has read: True once the tenure is deposed (ended).
+
+        Otherwise every acknowledged heartbeat the fold has read past counts
+        toward the fence deadline: no higher claim precedes it, nor any
+        record read after it.
+        """
+        view = self._follower.view
+        if deposed(view, self.term):
+            self._end(FencedError(
+                f"{self.role}: {view.holder or 'another member'} claimed term {view.term}, "
+                f"superseding this member's term {self.term}"))
+            return True
+        read_to = self._follower.end_offset
+        while self._unread and self._unread[0].offset < read_to:
+            sent = self._unread.pop(0)
+            self._extend_fence(sent.monotonic_ms, sent.wall_ms)
+        return False
 
     async def _write_renewal(self) -> None:
         sent_wall = self._clock.now_ms()
         heartbeat = Heartbeat(self.member, self.term, sent_wall)
         sent = self._clock.monotonic_ms()
-        await self._transport.append_term(self.partition, self._heartbeat_key,
-                                          encode_heartbeat(heartbeat))
+        offset = await self._transport.append_term(self.partition, self._heartbeat_key,
+                                                   encode_heartbeat(heartbeat))
         if self._state is TenureState.LEADING:
-            self._renewed(heartbeat, sent, sent_wall)
+            self._renewed(heartbeat, sent, sent_wall, counts=False)
+            self._unread.append(_Sent(offset, sent, sent_wall))
+            # The tail may have delivered it before the acknowledgement came.
+            self._read_back()
 
     async def _hand_back_steps(self) -> list[BaseException]:
         """A heartbeat marked resigned, so the next in rank claims at once.

@@ -261,8 +261,14 @@ class TermLog(Protocol):
         """
         ...
 
-    async def tail_terms(self, partition: int, from_offset: int) -> PartitionTail:
-        """Follow the terms topic's `partition` from `from_offset`."""
+    async def tail_terms(self, partition: int, from_offset: int, *,
+                         role: str | None = None) -> PartitionTail:
+        """Follow the terms topic's `partition` from `from_offset`.
+
+        With `role`, only that role's term records and those whose key does
+        not decode are returned, and only they wake the tail (as
+        `StateReader.tail` with ``role``).
+        """
         ...
 
     async def check_terms_topic(self, partitions: int) -> TopicCheck:

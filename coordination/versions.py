@@ -63,7 +63,8 @@ class DependencyRange:
             f"{self.distribution} {version} is installed, but this project was tested with "
             f"{self.requirement} and uses internals of it that another version may change. "
             f"Install a tested version (pip install '{self.requirement}'), or set "
-            f"{self.override}=1 to run with {version} anyway (docs/decisions.md)"
+            f"{self.override}=1 to run with {version} anyway "
+            f"(docs/decisions/0006-packaging-and-dependency-versions.md)"
         )
         if environ.get(self.override) == "1":
             warnings.warn(message, UntestedVersionWarning, stacklevel=3)

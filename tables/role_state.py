@@ -38,7 +38,8 @@ from coordination.term_fold import TermClaim, TermView
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
 
 SCHEMA = 2
-"""2 since the value is the library's `RoleState` (see docs/decisions.md)."""
+"""2 since the value is the library's `RoleState`
+(see docs/decisions/0003-the-workers-table-value.md)."""
 MAX_TENURES = 64
 """Tokens remembered with the offset of their first lease record. A real
 coordinator never hands out a token twice, so only the current token's entry

@@ -5,7 +5,7 @@ its own. Through aiokafka's producer each costs three round trips and the
 producer's machinery around them: the sender task wakes several times, a task
 per request, aiokafka's generic field-by-field encoder and decoder, and a
 timeout context per request. That machinery, not the broker, is what stops one
-process from renewing thousands of roles (docs/benchmarks.md, "the direct lease
+process from renewing thousands of roles (docs/benchmarks.md at 00e58f5, "the direct lease
 write"). Here the same three requests, AddPartitionsToTxn v0, Produce v8 and
 EndTxn v0, are packed from fixed layouts and their small answers read at fixed
 positions. They go through the role producer's own client (its connections,

@@ -28,6 +28,7 @@ __all__ = [
     "ProducerFatalError",
     "fence_in",
     "is_outage",
+    "is_transient",
 ]
 
 # What aiokafka, asyncio and the socket layer raise for a failure of the
@@ -93,6 +94,16 @@ def fence_in(exc: BaseException | None) -> BaseException | None:
 def is_outage(exc: BaseException) -> bool:
     """Whether `exc` is a failure of Kafka or the network (retryable), not a bug."""
     return isinstance(exc, _OUTAGES)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` is an outage the same request, sent again, can outlast: the
+    broker or the network away for a while (aiokafka's retriable errors and
+    timeouts), not a refusal that every retry meets again (an authorization,
+    a record too large) nor a stopped client."""
+    if isinstance(exc, (_errors.KafkaTimeoutError, TimeoutError, OSError)):
+        return True
+    return isinstance(exc, _errors.KafkaError) and bool(exc.retriable)
 
 
 def _is_fence(exc: BaseException) -> bool:

@@ -13,7 +13,8 @@ every failover meet it:
 Completing takes one to a few milliseconds on a healthy cluster, so the
 first retry comes after half a millisecond: starting at 2 ms left a new
 leader's first guarded write waiting about a millisecond longer than the
-markers took (docs/decisions.md). aiokafka waits a
+markers took (docs/decisions/0045-concurrent-transactions-is-retried.md).
+aiokafka waits a
 flat 20 ms before it asks again (its ``BACKOFF_OVERRIDE`` for the first case,
 the producer's ``retry_backoff_ms`` for the second), and has no setting for
 either: the bench's logs showed these 20 ms steps in the tails of handover

@@ -7,7 +7,7 @@ metadata, and its sender asks for the role's transaction coordinator. A
 worker taking thousands of roles paid for that at every role: about three
 connections, three Metadata and two FindCoordinator requests per role, and
 decoding ApiVersions answers alone took a tenth of its time
-(docs/benchmarks.md, "a role producer started from its transport's
+(docs/benchmarks.md at c3170c6, "a role producer started from its transport's
 client").
 
 The transport's raw client (`coordination.kafka.coordinators`) already

@@ -16,11 +16,20 @@ once (the broker answers a read_committed long poll as soon as the stable
 offset moves); a move of the high watermark alone (a transaction opened)
 shows within one ``fetch_max_wait_ms`` plus one loop pass.
 
-A tail of one role (``role=``, a waiting candidate's) is handed only that
-role's records and those whose key does not decode, grouped by role once per
-fetch, and is woken only by them: a partition of hundreds of roles would
-otherwise wake every waiting candidate of every role at each renewal of any
-of them. Its marks are kept current all the same, without waking it.
+A tail of one role (``role=``, a waiting candidate's, or a term-mode
+member's of the terms topic) is handed only that role's records and those
+whose key does not decode, grouped by role once per fetch (each topic's keys
+by its own decoder), and is woken only by them: a partition of hundreds of
+roles would otherwise wake every waiting candidate of every role at each
+renewal or heartbeat of any of them. Its marks are kept current all the
+same, without waking it.
+
+A fetch that fails for a transient reason (the broker restarting, the network
+away: `is_transient`) is sent again after a short delay, from where the hub
+stands in each partition; the tails only wait longer. Any other fetch error
+fails every tail (its `next()` raises the error) and the hub starts afresh for
+the tails opened after it: a follower drops a failed tail and opens a new one
+(`coordination.follower.Tailing`).
 
 A new tail that starts below the hub's position rewinds the partition; the
 other tails drop the records they already had (each tracks the next offset it
@@ -41,7 +50,7 @@ from typing import Any
 from aiokafka import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
 from coordination.errors import InvalidStateError
-from coordination.kafka.errors import KafkaTransportError, is_outage
+from coordination.kafka.errors import KafkaTransportError, is_outage, is_transient
 from coordination.kafka.lifecycle import stop_consumer
 from coordination.kafka.positions import marks, position
 from coordination.records import role_of
@@ -53,6 +62,10 @@ __all__ = ["KafkaTail", "TailHub"]
 log = logging.getLogger("coordination.kafka")
 
 Marks = tuple[int, int]
+
+REFETCH_DELAY = 0.25
+"""Seconds between a fetch that failed for a transient reason and the next."""
+KeyRole = Callable[[bytes], str | None]
 
 
 class KafkaTail:
@@ -140,11 +153,13 @@ class KafkaTail:
 
 
 class _Feed:
-    """The hub's view of one assigned partition."""
+    """The hub's view of one assigned partition; `key_role` names the role a
+    key of its topic belongs to (None for a key that does not decode)."""
 
-    def __init__(self, tp: Any, position: int) -> None:
+    def __init__(self, tp: Any, position: int, key_role: KeyRole) -> None:
         self.tp = tp
         self.position = position
+        self.key_role = key_role
         self.marks: Marks | None = None
         self.tails: set[KafkaTail] = set()
         self.every_record: set[KafkaTail] = set()
@@ -178,7 +193,7 @@ class _Feed:
         groups: dict[str, list[Record]] = {}
         odd: list[Record] = []
         for record in records:
-            role = role_of(record.key)
+            role = self.key_role(record.key)
             if role is None:
                 odd.append(record)
             else:
@@ -231,15 +246,19 @@ class TailHub:
         return sum(len(feed.tails) for feed in self._feeds.values())
 
     async def follow(self, topic: str, partition: int, from_offset: int,
-                     role: str | None = None) -> KafkaTail:
+                     role: str | None = None, key_role: KeyRole = role_of) -> KafkaTail:
         """A tail of `topic`'s `partition` returning committed records from
-        `from_offset` on (only `role`'s, with `role`: `StateReader.tail`)."""
+        `from_offset` on (only `role`'s, with `role`: `StateReader.tail`).
+
+        `key_role` decodes the role from a key of `topic` (the state topic's
+        keys by default; the terms topic's tails pass `term_role_of`).
+        """
         consumer = await self._started()
         tail = KafkaTail(self, topic, partition, from_offset, role)
         tp = TopicPartition(topic, partition)
         feed = self._feeds.get(tp)
         if feed is None:
-            feed = _Feed(tp, from_offset)
+            feed = _Feed(tp, from_offset, key_role)
             self._feeds[tp] = feed
             self._reassign(consumer)
         elif from_offset < feed.position:
@@ -288,6 +307,9 @@ class TailHub:
             consumer.seek(feed.tp, feed.position)
 
     async def _run(self, consumer: Any) -> None:
+        # The transient error met since the last fetch that answered, if any:
+        # an outage is logged once as it starts and once as it ends.
+        outage: BaseException | None = None
         try:
             while True:
                 if not self._feeds:
@@ -297,8 +319,18 @@ class TailHub:
                 try:
                     batch = await consumer.getmany(timeout_ms=self._poll_ms)
                 except Exception as exc:
-                    self._fail_all(exc)
+                    if not is_transient(exc):
+                        self._fail_all(exc)
+                        continue
+                    if outage is None:
+                        log.warning("following %s failed, fetching again: %r",
+                                    self._followed(), exc)
+                    outage = exc
+                    await self._refetch(consumer)
                     continue
+                if outage is not None:
+                    log.info("following %s again after %r", self._followed(), outage)
+                    outage = None
                 self._dispatch(batch)
                 for feed in self._feeds.values():
                     feed.observe(consumer)
@@ -315,10 +347,21 @@ class TailHub:
                        for m in messages])
             feed.dirty = True
 
+    async def _refetch(self, consumer: Any) -> None:
+        """After a transient fetch error: wait a little, then fetch again from
+        where the hub stands in every partition. The tails keep waiting; they
+        lose nothing and read nothing twice."""
+        await asyncio.sleep(REFETCH_DELAY)
+        for feed in self._feeds.values():
+            consumer.seek(feed.tp, feed.position)
+
+    def _followed(self) -> str:
+        return ", ".join(sorted({tp.topic for tp in self._feeds}))
+
     def _fail_all(self, error: BaseException) -> None:
-        """A fetch error ends every tail; the hub starts afresh for new tails."""
-        followed = sorted({tp.topic for tp in self._feeds})
-        log.warning("following %s failed: %r", ", ".join(followed), error)
+        """A fetch error no retry outlasts ends every tail (each raises it once;
+        its follower starts a new one); the hub starts afresh for new tails."""
+        log.warning("following %s failed: %r", self._followed(), error)
         for feed in self._feeds.values():
             for tail in feed.tails:
                 tail._fail(error)

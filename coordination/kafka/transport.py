@@ -98,6 +98,7 @@ from coordination.kafka.reader import PartitionReader
 from coordination.kafka.seeded import Seed
 from coordination.kafka.tail import KafkaTail, TailHub
 from coordination.status import LeadershipStatus
+from coordination.term_records import term_role_of
 from coordination.token import NO_EPOCH, FencingToken
 from coordination.topic_policy import StateTopicPolicy, TopicFacts, require_topic
 from coordination.transport import (
@@ -403,11 +404,14 @@ class KafkaTransport:
         await self._require(self.terms_topic, "terms topic")
         return await self._reader.read(self.terms_topic, partition)
 
-    async def tail_terms(self, partition: int, from_offset: int) -> KafkaTail:
-        """Follow the terms topic's `partition` from `from_offset` (the tails' consumer)."""
+    async def tail_terms(self, partition: int, from_offset: int, *,
+                         role: str | None = None) -> KafkaTail:
+        """Follow the terms topic's `partition` from `from_offset` (the tails'
+        consumer; only `role`'s records, with `role`)."""
         self._check_open()
         await self._require(self.terms_topic, "terms topic")
-        return await self._hub.follow(self.terms_topic, partition, from_offset)
+        return await self._hub.follow(self.terms_topic, partition, from_offset, role,
+                                      term_role_of)
 
     async def check_terms_topic(self, partitions: int) -> TopicCheck:
         """Refuse a terms topic term mode cannot run on (`StateTopicError`).

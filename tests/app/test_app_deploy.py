@@ -370,6 +370,26 @@ def test_the_compose_file_runs_a_broker_the_topics_and_three_workers():
     assert len(host_ports) == 3
 
 
+def test_the_compose_broker_has_a_listener_for_clients_on_the_host():
+    """A client gets the address a listener advertises: the host's needs one it
+    can reach, published on the host, beside the containers' kafka:9092."""
+    kafka = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())[
+        "services"]["kafka"]
+    env = kafka["environment"]
+    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+    advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    assert advertised["PLAINTEXT"] == "kafka:9092"
+    [(name, address)] = [(n, a) for n, a in advertised.items() if a.startswith("127.0.0.1:")]
+    port = address.rsplit(":", 1)[1]
+    assert listeners[name] == f":{port}"
+    assert f"127.0.0.1:{port}:{port}" in kafka["ports"]
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+                     .split(","))
+    assert protocols[name] == "PLAINTEXT"
+    # More than one broker listener: the brokers' own traffic must be told which.
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
+
+
 def test_the_dockerfile_installs_the_library_with_the_worker_extra_and_runs_a_worker():
     instructions = dockerfile_instructions()
     runs = [a for i, a in instructions if i == "RUN"]

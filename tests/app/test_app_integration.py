@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from coordination import (
 from coordination.kafka import KafkaTransport
 from tests.app.test_app_harness import AppGroup, AppWorker, get_text, poll
 from tests.support.browser import Browser, chromium
+from tests.support.doc_snippets import snippet_at
 
 pytestmark = pytest.mark.integration
 
@@ -396,11 +396,9 @@ async def _produce(bootstrap: str, topic: str, partition: int,
 
 
 def test_the_subscriber_snippet_in_the_readme_prints_the_events(group, tmp_path):
-    text = (ROOT / "README.md").read_text()
-    snippet = re.search(r"```python\n(# Follow leadership changes.*?)```", text, re.S)
-    assert snippet is not None
+    snippet = snippet_at("README.md", "integration", "tests/app/test_app_integration.py")
     script = tmp_path / "follow_events.py"
-    script.write_text(snippet.group(1))
+    script.write_text(snippet.code)
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": group.bootstrap,
            "COORDINATION_EVENTS_TOPIC": group.events_topic, "EVENTS_STOP_WHEN_IDLE": "1"}
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.rebalancing import RoleStates, WorkerRebalancing, live_members
+from agents.rebalancing import RoleStates, WorkerRebalancing, live_members, retry_delay
 from agents.roles import RoleRunner
 from app.factory import build
 from app.settings import Settings
@@ -28,6 +29,7 @@ from coordination import (
     MemoryTransport,
     Move,
     Rebalancer,
+    TransportError,
     plan,
 )
 from tests.support.ports import free_port
@@ -93,7 +95,7 @@ async def test_the_states_are_every_hosted_role_s_read_from_the_topic_and_kept_c
     outsider = Member(cluster, "outsider", ["not-hosted"])
     await cluster.until(lambda: a.held() == 3 and outsider.held() == 1, within=5)
     states = RoleStates(cluster.transport(), PARTITIONS, ROLES[:3])
-    following = asyncio.create_task(states.follow(lambda: asyncio.sleep(0)))
+    following = asyncio.create_task(states.follow(lambda failures: asyncio.sleep(0)))
     b = None
     try:
         await cluster.until(lambda: states.ready, within=5)
@@ -111,6 +113,94 @@ async def test_the_states_are_every_hosted_role_s_read_from_the_topic_and_kept_c
     finally:
         await cancel(following)
         await stop(cluster, a, outsider, *([] if b is None else [b]))
+
+
+class FailingReads:
+    """A state reader whose full reads raise `errors`, one per read, then read
+    from `transport`."""
+
+    def __init__(self, transport: MemoryTransport, *errors: Exception) -> None:
+        self._transport = transport
+        self._errors = list(errors)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    async def read_partition(self, partition: int, from_offset: int = 0):
+        if self._errors:
+            raise self._errors.pop(0)
+        return await self._transport.read_partition(partition, from_offset)
+
+
+async def test_a_read_that_may_pass_is_retried_backing_off_until_the_states_are_in():
+    cluster = Cluster(partitions=PARTITIONS)
+    reader = FailingReads(cluster.transport(), *(TransportError("broker away"),) * 3)
+    states = RoleStates(reader, PARTITIONS, ROLES)
+    waits: list[int] = []
+
+    async def retry(failures: int) -> None:
+        waits.append(failures)
+
+    following = asyncio.create_task(states.follow(retry))
+    try:
+        await cluster.until(lambda: states.ready, within=5)
+        assert waits == [1, 2, 3]
+    finally:
+        await cancel(following)
+    assert [retry_delay(n) for n in (1, 2, 3, 4, 5, 6)] == [2, 4, 8, 16, 30, 30]
+
+
+async def test_a_bug_while_reading_the_states_is_raised_not_retried():
+    cluster = Cluster(partitions=PARTITIONS)
+    states = RoleStates(FailingReads(cluster.transport(), TypeError("a bug")), PARTITIONS,
+                        ROLES)
+
+    async def retry(failures: int) -> None:
+        raise AssertionError("a bug is not retried")
+
+    with pytest.raises(TypeError, match="a bug"):
+        await states.follow(retry)
+    assert not states.ready
+
+
+async def test_a_bug_while_reading_the_states_ends_the_worker_s_rebalancing_loudly(caplog):
+    cluster = Cluster(partitions=PARTITIONS)
+    a = Member(cluster, "a", [])
+    rebalancing = WorkerRebalancing(a.ctx, FailingReads(a.transport, TypeError("a bug")))
+    with caplog.at_level(logging.ERROR, logger="agents.rebalancing"):
+        rebalancing.start()
+        tasks = list(rebalancing._tasks)
+        await cluster.until(lambda: all(task.done() for task in tasks), within=5)
+    assert tasks[0].exception() is not None
+    assert tasks[1].cancelled(), "no plans from states no longer followed"
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "stops rebalancing" in record.getMessage()
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], TypeError)
+    await rebalancing.stop()  # the shutdown goes on past it
+
+
+async def test_a_bug_in_a_plan_ends_the_worker_s_rebalancing_loudly(caplog):
+    cluster = Cluster(partitions=PARTITIONS)
+    a = Member(cluster, "a", ROLES[:2])
+
+    async def source() -> set[str]:
+        raise TypeError("a bug")
+
+    rebalancing = WorkerRebalancing(a.ctx, a.transport, live=source)
+    try:
+        with caplog.at_level(logging.ERROR, logger="agents.rebalancing"):
+            rebalancing.start()
+            tasks = list(rebalancing._tasks)
+            await cluster.until(lambda: all(task.done() for task in tasks),
+                                within=INTERVAL * 3)
+        assert isinstance(tasks[1].exception(), TypeError)
+        assert tasks[0].cancelled(), "the states are no longer followed"
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+            "rebalancing: plans failed with a bug; member a stops rebalancing"]
+    finally:
+        await rebalancing.stop()
+        await stop(cluster, a)
 
 
 async def test_a_worker_over_its_share_hands_roles_one_at_a_time_to_a_live_joiner():
@@ -238,8 +328,8 @@ async def test_rebalance_shows_each_worker_s_plan_and_the_handovers_of_all(serve
         local = await response.json()
     assert local == {
         "member": "a", "enabled": True, "off": None, "interval": INTERVAL,
-        "plan": {"member": "a", "at": 2000, "roles": 0, "members": ["a", "b"],
-                 "fair_share": 0, "held": {"a": 0, "b": 0}, "moves": [], "deferred": []},
+        "plan": {"member": "a", "at": 2000, "roles": 0, "hosted": 0, "members": ["a", "b"],
+                 "fair_share": 0, "held": {"a": 0, "b": 0}, "moves": [], "standing": []},
         "moves": [{"role": "role-a", "from": "a", "to": "z", "reason": "over the fair share",
                    "at": 2000}],
     }

@@ -113,15 +113,15 @@ def group(kafka_bootstrap: str, tmp_path: Path) -> Iterator[AppGroup]:
 
 def _settled(workers: list[AppWorker], asked: AppWorker) -> dict[str, Any] | None:
     """`asked`'s ``GET /rebalance/`` once every worker's last plan counts all of
-    `workers` live and plans no handover, not even one deferred until its
-    successor has settled, and every role is held once."""
+    `workers` live, none of them still standing up, and plans no handover, and
+    every role is held once."""
     status, body = get_json(f"{asked.url}/rebalance/", timeout=3)
     if status != 200 or body["unavailable"] or len(body["workers"]) != len(workers):
         return None
     for worker in body["workers"]:
         plan = worker["plan"]
         if (plan is None or len(plan["members"]) != len(workers) or plan["moves"]
-                or plan["deferred"]):
+                or plan["standing"]):
             return None
     return body if _split(workers) else None
 

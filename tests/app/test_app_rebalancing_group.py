@@ -85,7 +85,7 @@ def _described(workers: list[AppWorker]) -> str:
         try:
             _, local = get_json(f"{worker.url}/rebalance/?scope=local", timeout=10)
             plan = local["plan"] and {key: local["plan"][key]
-                                      for key in ("members", "moves", "deferred")}
+                                      for key in ("members", "standing", "moves")}
         except OSError as exc:
             plan = f"/rebalance/ did not answer: {exc}"
         errors = [line for line in worker.log.read_text(errors="replace").splitlines()

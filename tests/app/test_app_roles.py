@@ -19,10 +19,12 @@ from coordination import (
     MemoryBroker,
     MemoryTransport,
     RenewalLatencyAdmission,
+    RunnerState,
     TransportError,
     describe_leadership,
     describe_role_state,
 )
+from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"
@@ -295,3 +297,42 @@ async def test_a_worker_gives_all_its_runners_one_admission_of_its_settings(limi
         assert admission.rate == (rate or None)
     finally:
         await service.resign_all()
+
+
+@pytest.mark.parametrize("placement", ["registration", "balanced"])
+async def test_a_worker_whose_resignation_is_cancelled_resigns_every_role_then_is_cancelled(
+    placement,
+):
+    """The cancellation of a stop that is resigning the roles reaches the stop once
+    every role is handed back: neither the roles nor the cancellation are lost."""
+    broker = MemoryBroker()
+    broker.create_topic(STATE_TOPIC, 4)
+    settings = Settings(partitions=4, member_id="a", app_id="test-resign-cancelled",
+                        placement=placement)
+
+    async def idle(_leadership):
+        await asyncio.Event().wait()
+
+    installation = install(create_app(settings, store="memory://"), settings,
+                           transport_factory=lambda: MemoryTransport(broker))
+    for name in ("x", "y"):
+        installation.role(name)(idle)
+    service = installation.service
+    service._assigned.set()  # the partition assignment a worker waits for first
+    await service._connect_and_run()
+    runners = installation.context.runners
+
+    async def leading() -> list[bool]:
+        return [runner.leading for runner in runners.values()]
+
+    await eventually(leading, all, within=10)
+    resigning = asyncio.ensure_future(service.resign_all())
+    await asyncio.sleep(0)  # the resignation's first step has begun and awaits
+    assert not resigning.done()
+    resigning.cancel()
+    await asyncio.wait({resigning}, timeout=30)
+    assert resigning.cancelled()
+    assert {name: runner.state for name, runner in runners.items()} == {
+        "x": RunnerState.STOPPED, "y": RunnerState.STOPPED}
+    assert installation.context.transport is None
+    await service.resign_all()  # done once: a later call returns at once

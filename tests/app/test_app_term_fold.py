@@ -3,11 +3,27 @@ and the web view's term fields, record by record through the value codec."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Iterable
+from types import SimpleNamespace
 
+import orjson
+import pytest
+from aiokafka.errors import RequestTimedOutError
+from faust.exceptions import ProducerSendError
+
+import agents.fold
 from agents.events import LeadershipEvent
+from agents.fold import FOLD_RETRY_MS, apply_terms_record, until_applied
 from agents.folding import Unattributed, expire_term, fold, fold_terms, route_term
+from app.factory import build
+from app.settings import Settings
 from coordination import (
+    STATE_TOPIC,
+    ManualClock,
+    MemoryBroker,
+    MemoryTransport,
     Record,
     Registration,
     TermToken,
@@ -20,6 +36,8 @@ from coordination.events import describe
 from tables import role_state
 from tables.role_state import MAX_TENURES, RoleValue
 from tables.term_view import term_detail, term_fields, term_status
+from tests.support.faust_events import state_event
+from tests.support.loop import run_ready_callbacks
 from tests.support.term_logs import TermLog
 
 PARTITIONS = 4
@@ -173,3 +191,99 @@ def test_the_value_keeps_the_latest_terms_only():
     assert folder.value.terms.holder == "a"
     detail = term_detail(folder.value, 0, TIMEOUT)
     assert detail["terms"]["term"] == MAX_TENURES + 10
+
+
+# --- the terms agent: what it cannot store it folds again ---------------------------
+
+
+class Delivered:
+    """The events topic in term mode: each send is awaited, then its acknowledgement.
+    The first ``elected`` fails `failing` (``"send"`` or ``"acknowledgement"``) once."""
+
+    def __init__(self, failing: str | None = None) -> None:
+        self.values: list[bytes] = []
+        self.failing = failing
+
+    async def send(self, *, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
+        acknowledged = asyncio.get_running_loop().create_future()
+        failing, kind = self.failing, orjson.loads(value)["kind"]
+        if failing is not None and kind == "elected":
+            self.failing = None
+            if failing == "send":
+                raise ProducerSendError("Error while sending: KafkaTimeoutError()")
+            acknowledged.set_exception(RequestTimedOutError())
+            return acknowledged
+        self.values.append(value)
+        acknowledged.set_result(None)
+        return acknowledged
+
+
+def term_ctx(events_topic: Delivered):
+    clock = ManualClock(1_700_000_000_000)
+    broker = MemoryBroker(clock=clock)
+    broker.create_topic(STATE_TOPIC, PARTITIONS)
+    settings = Settings(partitions=PARTITIONS, member_id="a", app_id="test-term-agent",
+                        fencing="term")
+    ctx = build(settings, store="memory://", roles={}, clock=clock,
+                transport_factory=lambda: MemoryTransport(broker))
+    ctx.tables = SimpleNamespace(role_state={}, partition_state={})
+    ctx.events_topic = events_topic
+    return ctx
+
+
+async def fold_terms_as_the_agent_does(ctx, records: list) -> None:
+    for record in records:
+        event = state_event(record, HOME)
+        apply = functools.partial(apply_terms_record, ctx, event.message)
+        task = asyncio.ensure_future(until_applied(ctx, apply, [event], "the record"))
+        for _ in range(10):
+            await run_ready_callbacks()
+            if task.done():
+                break
+            assert ctx.clock.next_wake_ms is not None, "neither done nor waiting to fold again"
+            ctx.clock.advance_ms(FOLD_RETRY_MS)
+        task.result()
+
+
+def term_history() -> list:
+    log = TermLog()
+    log.claim(ROLE, "a", 1)
+    log.heartbeat(ROLE, "a", 1)
+    log.resign(ROLE, "a", 1)
+    log.claim(ROLE, "b", 2)
+    log.heartbeat(ROLE, "b", 2)
+    return log.records
+
+
+@pytest.mark.parametrize("failing", ["send", "acknowledgement"])
+async def test_a_terms_event_that_fails_once_is_folded_again_and_tells_the_same_story(failing):
+    """The terms agent skipped a record whose event it could not store: its value
+    was never written, and the election went missing from the events topic."""
+    records = term_history()
+    expected = term_ctx(Delivered())
+    await fold_terms_as_the_agent_does(expected, records)
+    ctx = term_ctx(Delivered(failing))
+    await fold_terms_as_the_agent_does(ctx, records)
+    assert ctx.events_topic.failing is None  # it did fail once
+    assert ctx.events_topic.values == expected.events_topic.values
+    assert ctx.tables.role_state == expected.tables.role_state
+    elected = [orjson.loads(v) for v in ctx.events_topic.values]
+    assert [(e["member"], e["offset"]) for e in elected if e["kind"] == "elected"] == [
+        ("a", records[0].offset), ("b", records[3].offset)]
+
+
+async def test_a_terms_record_the_fold_fails_on_is_reported_and_skipped(monkeypatch, caplog):
+    records = term_history()
+    real_fold_terms = agents.fold.fold_terms
+
+    def failing_fold_terms(value, record, *args):
+        if record.offset == records[1].offset:
+            raise RuntimeError("a bug in the fold")
+        return real_fold_terms(value, record, *args)
+
+    monkeypatch.setattr(agents.fold, "fold_terms", failing_fold_terms)
+    ctx = term_ctx(Delivered())
+    await fold_terms_as_the_agent_does(ctx, records)
+    assert "the terms fold failed at partition" in caplog.text
+    kinds = [orjson.loads(v)["kind"] for v in ctx.events_topic.values]
+    assert kinds.count("elected") == 2  # the records after the failing one were folded

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import faust
 import pytest
@@ -31,9 +34,10 @@ from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from app import faust_patches
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 
 RebalanceAgain = faust_recovery.RebalanceAgain
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -122,13 +126,15 @@ def test_the_recovery_patches_are_installed_only_on_a_tested_version(monkeypatch
     monkeypatch.setattr(faust_tables_manager.TableManager, "on_start",
                         faust_patches._original_table_manager_on_start)
     assert not FAUST.covers("0.99.0")
-    assert not faust_patches._patch_recovery("0.99.0")
+    assert not MODE.covers("0.99.0")
+    assert not faust_patches._patch_recovery("0.99.0", "0.7.1")
+    assert not faust_patches._patch_recovery("0.15.3", "0.99.0")
     assert faust_recovery.Recovery._wait is original
     assert (faust_tables_manager.TableManager.on_start
             is faust_patches._original_table_manager_on_start)
     assert faust_tables_manager.TableManager.changelog_queue is original_queue
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._original_position
-    assert faust_patches._patch_recovery("0.15.3")
+    assert faust_patches._patch_recovery("0.15.3", "0.7.1")
     assert faust_recovery.Recovery._wait is faust_patches._recovery_wait
     assert faust_tables_manager.TableManager.changelog_queue.fget is faust_patches._changelog_queue
     assert faust_consumer.Consumer._wait_next_records is faust_patches._wait_next_records
@@ -265,7 +271,7 @@ def test_the_installed_faust_is_patched():
     assert faust_consumer.ThreadDelegateConsumer.position is faust_patches._position
     assert faust_aiokafka.AIOKafkaConsumerThread.on_start is faust_patches._consumer_thread_on_start
     assert faust_aiokafka.AIOKafkaConsumerThread._fetch_records is faust_patches._fetch_records
-    assert Sender._find_coordinator is faust_patches._find_coordinator
+    assert faust_aiokafka.Producer._producer_type.fget is faust_patches._producer_type
     assert FlowControlEvent.resume is faust_patches._flow_resume
     assert FlowControlEvent.clear is faust_patches._flow_clear
     assert faust_consumer.Consumer._drain_messages is faust_patches._drain_messages
@@ -379,6 +385,64 @@ async def test_a_commit_waits_for_the_table_write_the_buffer_is_sending(start_ne
         gate.set()
         await buffer.stop()
     assert log == ["take table write", "send table write", "send offsets", "commit"]
+
+
+@pytest.mark.parametrize("writes_queued", [0, 2])
+async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_its_offsets(
+    monkeypatch, writes_queued,
+):
+    """A commit that went ahead of a write it could not send committed the offset of
+    the write's event: a crash before the next commit lost the write for good."""
+    faust_patches.apply()
+    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    log = _Log()
+    gate = asyncio.Event()  # the send under way never ends while the commit waits
+    buffer, producer = _transactional(log)
+    await buffer.start()
+    try:
+        for _ in range(1 + writes_queued):
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
+        await _until(lambda: "take table write" in log, within=5)
+        with pytest.raises(faust_patches.UnflushedWritesError) as failed:
+            await asyncio.wait_for(faust_patches._commit_transactions(
+                producer, {"tid": {}}, "group"), 5)
+    finally:
+        gate.set()
+        # Faust's buffer refuses to stop with writes in its queue.
+        await _until(lambda: log.count("send table write") == 1 + writes_queued, within=5)
+        await buffer.stop()
+    assert (failed.value.buffered, failed.value.sending) == (writes_queued, 1)
+    assert "send offsets" not in log
+    assert "commit" not in log
+
+
+async def test_an_at_least_once_flush_that_cannot_send_the_table_writes_fails_the_commit(
+    monkeypatch,
+):
+    faust_patches.apply()
+    monkeypatch.setattr(faust_patches, "FLUSH_SECONDS", 0.2)
+    log = _Log()
+    gate = asyncio.Event()
+    buffer = _buffer()
+    client_flushed = []
+
+    async def original_flush(self) -> None:
+        client_flushed.append(True)
+
+    monkeypatch.setattr(faust_patches, "_original_flush", original_flush)
+    producer = types.SimpleNamespace(buffer=buffer)
+    await buffer.start()
+    try:
+        buffer.put(types.SimpleNamespace(
+            message=types.SimpleNamespace(channel=_GatedChannel(log, gate))))
+        with pytest.raises(faust_patches.UnflushedWritesError):
+            await asyncio.wait_for(faust_patches._flush(producer), 5)
+    finally:
+        gate.set()
+        await buffer.stop()
+    # Faust commits the offsets only once the flush has returned.
+    assert client_flushed == []
 
 
 class _OverlappingProducer(_TransactionProducer):
@@ -813,14 +877,13 @@ class _ResettingClient:
         return True
 
 
-def _sender(client) -> Sender:
+def _sender(client, sender_type: type[Sender] = faust_patches.CoordinatorRetrySender) -> Sender:
     txn_manager = types.SimpleNamespace(transactional_id="app-0-1")
-    return Sender(client, acks=-1, txn_manager=txn_manager, message_accumulator=None,
-                  retry_backoff_ms=1, request_timeout_ms=1000)
+    return sender_type(client, acks=-1, txn_manager=txn_manager, message_accumulator=None,
+                       retry_backoff_ms=1, request_timeout_ms=1000)
 
 
 async def test_a_coordinator_lookup_whose_connection_was_lost_is_retried():
-    faust_patches.apply()
     client = _ResettingClient(resets=2)
     node = await _sender(client)._find_coordinator(CoordinationType.GROUP, "app")
     assert node == 1
@@ -828,22 +891,64 @@ async def test_a_coordinator_lookup_whose_connection_was_lost_is_retried():
     assert client.metadata_updates >= 2
 
 
-async def test_unpatched_aiokafka_lets_a_lost_connection_end_the_lookup():
+async def test_the_worker_s_sender_looks_a_coordinator_up_again_at_most_a_bounded_number_of_times():
+    retries = faust_patches.COORDINATOR_RETRIES
+    found = _ResettingClient(resets=retries)
+    assert await _sender(found)._find_coordinator(CoordinationType.GROUP, "app") == 1
+    assert found.lookups == retries + 1
+    lost = _ResettingClient(resets=retries + 1)
+    with pytest.raises(KafkaError) as failed:
+        await _sender(lost)._find_coordinator(CoordinationType.GROUP, "app")
+    assert isinstance(failed.value.__cause__, KafkaConnectionError)
+    assert lost.lookups == retries + 1
+
+
+async def test_aiokafka_s_own_sender_still_lets_a_lost_connection_end_the_lookup():
+    faust_patches.apply()
     client = _ResettingClient(resets=1)
     with pytest.raises(KafkaError):
-        await faust_patches._original_find_coordinator(_sender(client), CoordinationType.GROUP,
-                                                       "app")
+        await _sender(client, Sender)._find_coordinator(CoordinationType.GROUP, "app")
+    assert client.lookups == 1
 
 
 async def test_other_lookup_failures_are_raised_as_before():
-    faust_patches.apply()
-
     class _Refusing(_ResettingClient):
         async def coordinator_lookup(self, coordinator_type, coordinator_key):
+            self.lookups += 1
             raise GroupAuthorizationFailedError()
 
+    refusing = _Refusing(0)
     with pytest.raises(GroupAuthorizationFailedError):
-        await _sender(_Refusing(0))._find_coordinator(CoordinationType.GROUP, "app")
+        await _sender(refusing)._find_coordinator(CoordinationType.GROUP, "app")
+    assert refusing.lookups == 1
+
+
+async def test_the_worker_s_faust_producer_builds_its_clients_with_the_retrying_sender():
+    faust_patches.apply()
+    app = faust.App("patch-test", broker="kafka://127.0.0.1:1", store="memory://")
+    worker_client = app.producer._new_producer(transactional_id="patch-test-0-0")
+    plain_client = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+    try:
+        assert isinstance(worker_client, faust_patches.WorkerProducer)
+        assert type(worker_client._sender) is faust_patches.CoordinatorRetrySender
+        assert type(plain_client._sender) is Sender
+    finally:
+        await worker_client.stop()
+        await plain_client.stop()
+
+
+def test_installing_the_worker_s_patches_leaves_aiokafka_s_sender_as_aiokafka_has_it():
+    """The library's role producers run in the worker's process too, with the
+    behaviour aiokafka's (and the library's) tests know."""
+    probe = ("from aiokafka.producer.sender import Sender; "
+             "original = Sender._find_coordinator; "
+             "from app import faust_patches; faust_patches.apply(); "
+             "print(Sender._find_coordinator is original, "
+             "Sender._find_coordinator.__module__)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "aiokafka.producer.sender"]
 
 
 # --- each record of a stream partition reaches the streams once, none is dropped ----

@@ -4,15 +4,24 @@ in the store and changelog partition of the current event)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import functools
+
 import faust.streams
+import orjson
 import pytest
+from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
+from faust.exceptions import ProducerSendError
 
 import agents.fold
-from agents.fold import apply_batch
+from agents.fold import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.folding import fold
+from coordination import Record
 from tables import role_state
 from tests.app.test_app_tick import PARTITIONS, leased, make_ctx, roles_by_partition
 from tests.support.faust_events import state_event
+from tests.support.loop import run_ready_callbacks
 
 NOW = 1_700_000_000_000
 
@@ -125,3 +134,143 @@ async def test_a_record_the_fold_fails_on_costs_only_that_record(ctx, monkeypatc
     assert "fold failed at partition" in caplog.text
     # Every role is written; only the broken record's role misses that record.
     assert len(ctx.tables.role_state.writes) == len(histories)
+
+
+class FailingOnce(Published):
+    """An events topic whose first send of an `kind` event fails with `error`."""
+
+    def __init__(self, kind: str, error: Exception) -> None:
+        super().__init__()
+        self.kind = kind
+        self.error: Exception | None = error
+
+    async def send(self, *, key: bytes, value: bytes, partition: int) -> None:
+        if self.error is not None and orjson.loads(value)["kind"] == self.kind:
+            error, self.error = self.error, None
+            raise error
+        await super().send(key=key, value=value, partition=partition)
+
+
+async def applied(ctx, batch) -> None:
+    """Fold `batch` as the agent does (`until_applied`), moving the clock past each wait."""
+    apply = functools.partial(apply_batch, ctx, batch)
+    task = asyncio.ensure_future(until_applied(ctx, apply, batch, "the batch"))
+    for _ in range(10):
+        await run_ready_callbacks()
+        if task.done():
+            return task.result()
+        assert ctx.clock.next_wake_ms is not None, "neither done nor waiting to fold again"
+        ctx.clock.advance_ms(FOLD_RETRY_MS)
+    task.cancel()
+    raise AssertionError("still folding after 10 attempts")
+
+
+def story(values: list[bytes]) -> list[tuple[str, str, int, int | None]]:
+    events = [orjson.loads(value) for value in values]
+    return [(e["role"], e["kind"], e["offset"], e["tenure"]) for e in events]
+
+
+@pytest.mark.parametrize("error", [
+    ProducerSendError("Error while sending: KafkaTimeoutError()"),  # Faust's send
+    RequestTimedOutError(),  # the acknowledgement
+], ids=["send", "acknowledgement"])
+async def test_an_event_send_that_fails_once_folds_the_batch_again_and_tells_the_same_story(
+    error,
+):
+    """A record whose events could not be sent was skipped as if malformed: the
+    role's next renewal was then folded as a new tenure, elected at its offset."""
+    histories = histories_in_two_partitions()
+    batch = interleaved(histories)
+    expected = make_ctx()
+    expected.tables.role_state, expected.events_topic = Written(), Published()
+    await applied(expected, batch)
+
+    ctx = make_ctx()
+    ctx.tables.role_state, ctx.events_topic = Written(), FailingOnce("elected", error)
+    await applied(ctx, batch)
+
+    assert ctx.events_topic.error is None  # it did fail once
+    assert story(ctx.events_topic.values) == story(expected.events_topic.values)
+    assert dict(ctx.tables.role_state) == dict(expected.tables.role_state)
+    for role, (_, records) in histories.items():
+        first_lease = records[1].offset
+        assert [(kind, offset, tenure) for r, kind, offset, tenure
+                in story(ctx.events_topic.values)
+                if r == role and kind == "elected"] == [("elected", first_lease, first_lease)]
+
+
+async def test_an_error_that_is_not_a_failed_store_is_raised_at_once():
+    ctx = make_ctx()
+    attempts = []
+
+    async def buggy() -> None:
+        attempts.append(1)
+        raise AttributeError("a bug")
+
+    with pytest.raises(AttributeError):
+        await until_applied(ctx, buggy, [], "the batch")
+    assert attempts == [1]
+
+
+async def test_the_agent_keeps_folding_again_while_the_events_cannot_be_stored():
+    ctx = make_ctx()
+    attempts = []
+
+    async def unreachable() -> None:
+        attempts.append(ctx.clock.monotonic_ms())
+        raise KafkaTimeoutError()
+
+    batch = interleaved(histories_in_two_partitions())
+    task = asyncio.ensure_future(until_applied(ctx, unreachable, batch, "the batch"))
+    try:
+        for _ in range(3):
+            await run_ready_callbacks()
+            ctx.clock.advance_ms(FOLD_RETRY_MS)
+        await run_ready_callbacks()
+        assert not task.done()
+        assert [at - attempts[0] for at in attempts] == [0, FOLD_RETRY_MS, 2 * FOLD_RETRY_MS,
+                                                        3 * FOLD_RETRY_MS]
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+async def test_events_fetched_before_a_rebalance_are_given_up_after_a_failed_store(caplog):
+    """Their partitions may have gone to another worker (with the producers their
+    events would be sent through); the owners read them from the committed offsets."""
+    ctx = make_ctx()
+    attempts = []
+
+    async def unreachable() -> None:
+        attempts.append(1)
+        raise KafkaTimeoutError()
+
+    batch = interleaved(histories_in_two_partitions())
+    task = asyncio.ensure_future(until_applied(ctx, unreachable, batch, "the batch"))
+    try:
+        await run_ready_callbacks()
+        ctx.app.consumer_generation_id += 1  # a rebalance while the fold waits
+        ctx.clock.advance_ms(FOLD_RETRY_MS)
+        await run_ready_callbacks()
+        assert task.done()
+        assert task.result() is None
+    finally:
+        task.cancel()
+    assert attempts == [1]
+    assert "given up: a rebalance came since it was fetched" in caplog.text
+
+
+async def test_a_record_no_role_owns_is_counted_once_when_its_batch_is_folded_again():
+    (partition, roles), *_ = roles_by_partition(1).items()
+    unowned = Record(0, b"\xff not a key", b"", NOW)
+    records = [unowned, *(dataclasses.replace(record, offset=record.offset + 1)
+                          for record in leased(roles[0], NOW + 10_000, NOW + 20_000))]
+    ctx = make_ctx()
+    ctx.tables.role_state = Written()
+    ctx.events_topic = FailingOnce("elected", KafkaTimeoutError())
+    await applied(ctx, [state_event(record, partition) for record in records])
+    assert ctx.events_topic.error is None  # the batch was folded twice
+    skipped = ctx.metrics.registry.get_sample_value(
+        "coordination_skipped_records_total",
+        {"partition": str(partition), "reason": "undecodable-key"})
+    assert skipped == 1

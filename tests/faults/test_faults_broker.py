@@ -15,6 +15,10 @@ the end, also when a test fails; each test uses fresh topics and a fresh role.
   on the veth's host-side address (``kafka.py up --host``). Setting that veth
   down drops every packet (no RST): a true partition. Needs root (``ip netns``);
   a refused ``ip`` command fails the test with the refusal.
+- Term mode, in-process members: a term leader's terms tail reads again
+  after the broker restarts (its heartbeats are read back, and a higher claim
+  made afterwards ends its tenure), and term candidates waiting across the
+  restart elect the next in rank when the leader resigns afterwards.
 - The leader's wall clock stepped back while its renewals hang (the broker
   SIGSTOPped): it still stops at its fence deadline, which runs on the
   monotonic clock.
@@ -25,6 +29,7 @@ fixed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -37,21 +42,35 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordination import (
+    Claim,
     EpochLostError,
+    FencedError,
+    LeaderRunner,
+    Leadership,
+    LeadershipOptions,
     Lease,
+    RunnerObserver,
+    RunnerState,
+    TermLeadership,
+    acquire_leadership,
+    claim_key,
     decode_lease,
+    describe_role_state,
+    encode_claim,
     encode_key,
     encode_lease,
+    encode_term_key,
     lease_key,
     role_partition,
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.faults.fault_run import FaultReport, FaultRun, Timing
-from tests.support.kafka_io import create_state_and_output_topics
+from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.lease_io import write_lease
 from tests.support.polling import eventually
 from tests.support.ports import free_port
@@ -67,6 +86,7 @@ MARGIN_MS = 1000  # min(5 s, lease / 3): the leader stops trusting its lease thi
 RENEW_MS = 1000
 SCHEDULING_MS = 1500  # how late a process on a loaded machine may notice its deadline
 NETWORK = ipaddress.ip_network("10.213.0.0/16")
+OUTAGE = 60.0  # seconds the broker stays away in the runner's outage test
 BROKER_STOP_SIGNALS = os.environ.get("FAULT_BROKER_STOP", "KILL").split(",")
 
 
@@ -536,3 +556,164 @@ async def test_after_a_call_outlives_the_transaction_timeout_the_epoch_is_lost_a
             assert time.monotonic() - started < 1
         finally:
             broker.kill("CONT")
+
+
+async def test_a_runner_campaigns_through_a_minute_without_the_broker_and_leads_when_it_returns(
+        broker):
+    """The broker crashes (SIGKILL) under a leading runner and stays down for a
+    minute: the tenure ends at its fence deadline, the runner keeps campaigning
+    and backing off the whole time (its task never ends), and leads again once
+    the broker is back. The same over ten hours runs on the in-process model
+    (tests/unit/test_runner_ownership.py)."""
+    state, _ = await create_state_and_output_topics(broker.bootstrap, 4)
+    role = f"fault.role-{uuid.uuid4().hex[:8]}"
+    failures: list[BaseException] = []
+    running = asyncio.Event()
+    stopped = asyncio.Event()
+
+    class Failures(RunnerObserver):
+        def campaign_failed(self, role: str, error: BaseException) -> None:
+            failures.append(error)
+
+    async def work(_leadership: Leadership) -> None:
+        stopped.clear()
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            running.clear()
+            stopped.set()
+
+    options = LeadershipOptions(partitions=4, lease_duration=TIMING.lease,
+                                renew_interval=TIMING.renew, challenge_stagger=TIMING.stagger)
+    async with KafkaTransport(broker.bootstrap, topic=state) as transport:
+        runner = LeaderRunner(transport, role, "a", work, options=options, observer=Failures(),
+                              retry_interval=0.5, max_backoff=5.0)
+        task = runner.start()
+        try:
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            broker.kill("KILL")
+            down_at = time.monotonic()
+            await asyncio.wait_for(stopped.wait(), TIMING.lease + SCHEDULING_MS / 1000)
+            # The outage itself: the broker stays down for a minute.
+            await asyncio.sleep(OUTAGE - (time.monotonic() - down_at))
+            assert not task.done()
+            assert runner.state in (RunnerState.CAMPAIGNING, RunnerState.BACKING_OFF)
+            assert len(failures) >= 3, failures
+            broker.start()
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            assert runner.leading
+        finally:
+            broker.start()
+            await runner.stop()
+    print(f"\nbroker outage of {OUTAGE:.0f} s: {len(failures)} campaigns failed; the runner "
+          f"led again {time.monotonic() - down_at - OUTAGE:.1f} s after the broker's restart "
+          "began")
+
+
+# --------------------------------------------------------------------------- term mode
+
+TERM_TIMING = {"lease_duration": 60.0, "renew_interval": 1.0, "challenge_stagger": 0.5}
+"""An election timeout longer than a restart of the broker, so the tenure
+outlives it and what ends it afterwards is what its terms tail reads."""
+
+
+@contextlib.asynccontextmanager
+async def term_members(broker: Broker) -> AsyncIterator[Any]:
+    """Fresh topics and a role; `open()` gives a member its own transport. All closed at the end."""
+    state, output = await create_state_and_output_topics(broker.bootstrap, 4)
+    opened: list[KafkaTransport] = []
+
+    class Members:
+        role = f"fault.role-{uuid.uuid4().hex[:8]}"
+        partition = role_partition(role, 4)
+
+        async def open(self) -> KafkaTransport:
+            transport = KafkaTransport(broker.bootstrap, topic=state,
+                                       terms_topic=terms_topic_of(state))
+            await transport.__aenter__()
+            opened.append(transport)
+            return transport
+
+        async def stand(self, member: str) -> TermLeadership:
+            leadership = await acquire_leadership(
+                await self.open(), self.role, member, partitions=4, fencing="term",
+                outputs=[output], **TERM_TIMING)
+            assert isinstance(leadership, TermLeadership)
+            return leadership
+
+    try:
+        yield Members()
+    finally:
+        for transport in opened:
+            await transport.close()
+
+
+async def fence_moves_past(leader: TermLeadership, deadline: int) -> None:
+    """Wait until a heartbeat sent after `deadline` was set was read back."""
+    async def current() -> int:
+        return leader.fence_deadline_monotonic
+
+    await eventually(current, lambda now: now > deadline, within=TIMEOUT)
+
+
+@pytest.mark.parametrize("stop_signal", BROKER_STOP_SIGNALS)
+async def test_a_term_leaders_tail_reads_again_after_a_broker_restart_and_sees_a_higher_claim(
+    broker, stop_signal
+):
+    """Across the restart the leader's heartbeats are read back again (its
+    fence deadline moves on), and a claim of a higher term made afterwards
+    ends its tenure when it reads it, long before its fence deadline."""
+    async with term_members(broker) as members:
+        leader = await members.stand("a")
+        await fence_moves_past(leader, leader.fence_deadline_monotonic)
+        broker.kill(stop_signal)
+        broker.start()
+        restarted = leader.fence_deadline_monotonic
+        await fence_moves_past(leader, restarted)
+        assert not leader.fenced()
+        claimant = await members.open()
+        claimed_at = time.monotonic()
+        await claimant.append_term(members.partition,
+                                   encode_term_key(claim_key(members.role, "z", 2)),
+                                   encode_claim(Claim("z", 2, now_ms())))
+        await asyncio.wait_for(leader.done, TIMEOUT)
+        assert isinstance(leader.err, FencedError)
+        assert "z claimed term 2" in str(leader.err)
+        assert time.monotonic() - claimed_at < TERM_TIMING["lease_duration"] / 2
+
+
+@pytest.mark.parametrize("stop_signal", BROKER_STOP_SIGNALS)
+async def test_term_candidates_waiting_across_a_broker_restart_elect_the_next_in_rank(
+    broker, stop_signal
+):
+    """b and c wait behind a across the restart; when a resigns afterwards, b,
+    first in rank, claims term 2 at once, and c goes on waiting."""
+    async with term_members(broker) as members:
+        leader = await members.stand("a")
+        observer = await members.open()
+
+        async def roster() -> list[str]:
+            return (await describe_role_state(observer, members.role, partitions=4)).roster
+
+        b = asyncio.create_task(members.stand("b"))
+        await eventually(roster, lambda r: r == ["a", "b"], within=TIMEOUT)
+        c = asyncio.create_task(members.stand("c"))
+        await eventually(roster, lambda r: r == ["a", "b", "c"], within=TIMEOUT)
+        try:
+            broker.kill(stop_signal)
+            broker.start()
+            await fence_moves_past(leader, leader.fence_deadline_monotonic)
+            assert not b.done()
+            assert not c.done()
+            resigned_at = time.monotonic()
+            await leader.resign()
+            successor = await asyncio.wait_for(b, TIMEOUT)
+            assert successor.token.term == 2
+            assert time.monotonic() - resigned_at < TERM_TIMING["lease_duration"] / 2
+            assert not c.done()
+            await successor.resign()
+        finally:
+            for task in (b, c):
+                task.cancel()
+            await asyncio.gather(b, c, return_exceptions=True)

@@ -321,6 +321,73 @@ async def test_term_reads_and_tails_share_the_state_topics_consumers(
             await tail.close()
 
 
+def failing_fetches(transport: KafkaTransport, error: BaseException,
+                    monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
+    """The tails' consumer raises `error` from its next fetch, once; the list
+    holds it once raised."""
+    consumer = transport._hub._consumer
+    fetch = consumer.getmany
+    raised: list[BaseException] = []
+
+    async def getmany(*args: Any, **kwargs: Any) -> Any:
+        if not raised:
+            raised.append(error)
+            raise error
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(consumer, "getmany", getmany)
+    return raised
+
+
+async def test_a_tail_waits_out_a_transient_fetch_error_and_delivers_what_follows(
+    transports, role, monkeypatch
+):
+    """A broker that goes away for a while fails a fetch: the hub fetches
+    again from where it stood, and its tails miss nothing."""
+    transport = await transports()
+    first = await transport.append_term(1, *claim(role, "a", 1))
+    tail = await transport.tail_terms(1, 0)
+    try:
+        read = await asyncio.wait_for(tail.next(), DEADLINE)
+        assert [r.offset for r in read.records] == [first]
+        raised = failing_fetches(
+            transport, aiokafka.errors.KafkaConnectionError("the broker went away"),
+            monkeypatch)
+
+        async def fetched() -> list[BaseException]:
+            return raised
+
+        await polling.eventually(fetched, bool, within=DEADLINE)
+        second = await transport.append_term(1, *claim(role, "b", 2))
+        read = await asyncio.wait_for(tail.next(), DEADLINE)
+        assert [r.offset for r in read.records] == [second]
+    finally:
+        await tail.close()
+
+
+async def test_a_fetch_error_no_retry_outlasts_fails_each_tail_and_new_tails_read_on(
+    transports, role, monkeypatch
+):
+    transport = await transports()
+    tail = await transport.tail_terms(1, 0)
+    refused = aiokafka.errors.TopicAuthorizationFailedError()
+    try:
+        failing_fetches(transport, refused, monkeypatch)
+        with pytest.raises(KafkaTransportError) as failed:
+            await asyncio.wait_for(tail.next(), DEADLINE)
+        assert failed.value.__cause__ is refused
+    finally:
+        await tail.close()
+    again = await transport.tail_terms(1, 0)
+    try:
+        claimed = await transport.append_term(1, *claim(role, "a", 1))
+        read = await asyncio.wait_for(again.next(), DEADLINE)
+        while claimed not in [r.offset for r in read.records]:
+            read = await asyncio.wait_for(again.next(), DEADLINE)
+    finally:
+        await again.close()
+
+
 # ------------------------------------------------------------------- term mode
 
 

@@ -699,6 +699,32 @@ async def test_a_terms_tail_and_a_state_tail_of_one_partition_stay_apart(cluster
         await state.close()
 
 
+async def test_a_terms_tail_of_one_role_returns_its_records_and_undecodable_ones_and_nothing_else(
+        cluster, role):
+    """A term-mode member follows its role only: the heartbeats of the other
+    roles of its partition do not wake it."""
+    transport = await cluster.process()
+    other = f"{role}-other"
+    everything = await transport.tail_terms(2, 0)
+    mine = await transport.tail_terms(2, 0, role=role)
+    try:
+        elsewhere = [await transport.append_term(2, *record)
+                     for record in (claim_record(other, "z", 1), heartbeat_record(other, "z", 1))]
+        read = await asyncio.wait_for(everything.next(), 30)
+        while read.last_stable_offset <= elsewhere[-1]:
+            read = await asyncio.wait_for(everything.next(), 30)
+        claimed = await transport.append_term(2, *claim_record(role, "a", 1))
+        read = await asyncio.wait_for(mine.next(), 30)
+        assert [r.offset for r in read.records] == [claimed]
+        assert read.last_stable_offset > claimed
+        undecodable = await transport.append_term(2, b"\x00not a key", b"x")
+        read = await asyncio.wait_for(mine.next(), 30)
+        assert [r.offset for r in read.records] == [undecodable]
+    finally:
+        await everything.close()
+        await mine.close()
+
+
 async def test_check_terms_topic_accepts_the_terms_topic(cluster):
     check = await (await cluster.process()).check_terms_topic(cluster.partitions)
     assert isinstance(check, TopicCheck)

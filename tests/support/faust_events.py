@@ -19,7 +19,9 @@ class FakeEvent:
     message: Any
 
 
-def state_event(record: Record, partition: int) -> FakeEvent:
-    """`record` as an event of state partition `partition` (Faust gives timestamps in s)."""
+def state_event(record: Record, partition: int, generation_id: int = 0) -> FakeEvent:
+    """`record` as an event of state partition `partition` (Faust gives timestamps in s),
+    fetched in the consumer generation `generation_id` (an app's first is 0)."""
     return FakeEvent(SimpleNamespace(partition=partition, offset=record.offset, key=record.key,
-                                     value=record.value, timestamp=record.timestamp / 1000))
+                                     value=record.value, timestamp=record.timestamp / 1000,
+                                     generation_id=generation_id))

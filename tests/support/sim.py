@@ -389,8 +389,9 @@ class FaultyTransport:
     async def read_terms(self, partition: int) -> PartitionRead:
         return await self._call("read_terms", self.inner.read_terms, partition)
 
-    async def tail_terms(self, partition: int, from_offset: int) -> _FaultyTail:
-        return _FaultyTail(self, await self.inner.tail_terms(partition, from_offset),
+    async def tail_terms(self, partition: int, from_offset: int, *,
+                         role: str | None = None) -> _FaultyTail:
+        return _FaultyTail(self, await self.inner.tail_terms(partition, from_offset, role=role),
                            "tail_terms")
 
     async def check_terms_topic(self, partitions: int) -> TopicCheck:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench import cli
+from bench.plots import DOCS_FOLDER
 from bench.stats import Result
 
 
@@ -51,3 +52,10 @@ async def test_warm_up_trials_run_first_untimed_and_their_failures_are_not_the_f
     assert calls == [("krabka", -2), ("etcd", -2), ("etcd", -1), ("krabka", -1),
                      ("krabka", 0), ("etcd", 0), ("etcd", 1), ("krabka", 1)]
     assert failures == {"krabka": [], "etcd": []}
+
+
+def test_plots_alone_go_to_the_folder_the_benchmarks_doc_shows():
+    assert cli.parser().parse_args(["codec", "--plots"]).plots == DOCS_FOLDER
+    assert Path("docs/bench") == DOCS_FOLDER
+    assert cli.parser().parse_args(["codec", "--plots", "elsewhere"]).plots == Path("elsewhere")
+    assert cli.parser().parse_args(["codec"]).plots is None

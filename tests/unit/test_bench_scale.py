@@ -1,5 +1,6 @@
 """The scale figures' arithmetic: acquisition budget, growth against linear, the
-hash's preferred split, the open-file limit the bench asks for, the plots,
+hash's preferred split, the open-file limit the bench asks for, the plots
+(a run's replace an earlier run's),
 what a stopped run says of the broker, and how a tenure's renewals reach the
 bench's timer and the worker's admission."""
 
@@ -173,3 +174,17 @@ def test_the_summary_line_names_the_full_collections_and_the_younger_ones():
     assert line == (", GC in the hold: 2 full collections (longest 231 ms, 400 ms in all), "
                     "younger ones 300 ms")
     assert gc_summary(None) == ""
+
+
+def test_a_run_s_plots_replace_the_plots_an_earlier_run_left_in_the_folder(tmp_path):
+    (tmp_path / "bench-crash-failover.png").write_bytes(b"an earlier run's")
+    (tmp_path / "bench-roles-scale-uvloop.png").write_bytes(b"an earlier run's")
+    (tmp_path / "notes.txt").write_text("not a plot")
+    config = {"acquire_s": 1.0, "lease_s": 30.0, "renew_s": 10.0, "limit": "none",
+              "acquisition_growth": growth({100: 1.0})}
+    rows = [_row("roles-scale", f"{metric}@100", [100.0], config)
+            for metric in ("rss", "fds", "cpu", "renewal-lateness")]
+    plot_all(rows, tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bench-roles-scale.png",
+                                                                "notes.txt"]
+

@@ -9,6 +9,7 @@ import accepts.
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import tomllib
@@ -19,7 +20,7 @@ import faust
 import pytest
 from packaging.requirements import Requirement
 
-from app.faust_internals import FAUST
+from app.faust_internals import FAUST, MODE
 from coordination import CoordinationError
 from coordination.errors import UntestedVersionError
 from coordination.kafka.aiokafka_internals import AIOKAFKA
@@ -67,9 +68,10 @@ def test_a_tested_version_passes_silently(recwarn):
     assert not recwarn.list
 
 
-def test_the_installed_aiokafka_and_faust_are_tested_versions():
+def test_the_installed_aiokafka_faust_and_mode_are_tested_versions():
     assert AIOKAFKA.covers(aiokafka.__version__)
     assert FAUST.covers(faust.__version__)
+    assert MODE.covers(importlib.metadata.version("mode-streaming"))
 
 
 def declared(requirements: list[str], name: str) -> Requirement:
@@ -85,6 +87,11 @@ def test_pyproject_requires_the_aiokafka_range_the_adapter_accepts():
 def test_pyproject_worker_extra_requires_the_faust_range_the_worker_accepts():
     faust_requirement = declared(PYPROJECT["optional-dependencies"]["worker"], "faust-streaming")
     assert str(faust_requirement.specifier) == str(Requirement(FAUST.requirement).specifier)
+
+
+def test_pyproject_worker_extra_requires_the_mode_range_the_worker_accepts():
+    mode_requirement = declared(PYPROJECT["optional-dependencies"]["worker"], "mode-streaming")
+    assert str(mode_requirement.specifier) == str(Requirement(MODE.requirement).specifier)
 
 
 def import_with_version(module: str, dependency: str, version: str, **env: str):
@@ -121,3 +128,30 @@ def test_the_worker_imports_an_untested_faust_with_a_warning_when_allowed():
     result = import_with_version("app", "faust", "0.15.4", COORDINATION_ALLOW_UNTESTED_FAUST="1")
     assert result.returncode == 0, result.stderr
     assert "UntestedVersionWarning: faust-streaming 0.15.4 is installed" in result.stderr
+
+
+def import_with_distribution_version(module: str, distribution: str, version: str, **env: str):
+    """Import `module` where the installed `distribution` reports `version` (a package
+    whose ``__version__`` is not its release, like mode-streaming's, is read from
+    its metadata)."""
+    probe = ("import importlib.metadata as metadata; real = metadata.version; "
+             f"metadata.version = lambda name: {version!r} if name == {distribution!r} "
+             f"else real(name); import {module}; print('imported')")
+    return subprocess.run([sys.executable, "-W", "always::UserWarning", "-c", probe],
+                          capture_output=True, text=True, cwd=ROOT, env={"PATH": "", **env},
+                          timeout=120)
+
+
+def test_importing_the_worker_refuses_an_untested_mode():
+    result = import_with_distribution_version("app", "mode-streaming", "0.7.2")
+    assert result.returncode != 0
+    assert "UntestedVersionError: mode-streaming 0.7.2 is installed" in result.stderr
+    assert "COORDINATION_ALLOW_UNTESTED_FAUST=1" in result.stderr
+
+
+def test_the_worker_imports_an_untested_mode_with_a_warning_when_allowed():
+    result = import_with_distribution_version("app", "mode-streaming", "0.7.2",
+                                              COORDINATION_ALLOW_UNTESTED_FAUST="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "imported"
+    assert "UntestedVersionWarning: mode-streaming 0.7.2 is installed" in result.stderr

@@ -70,19 +70,34 @@ def test_a_successor_that_is_not_live_or_not_registered_gets_nothing():
     assert plan(states, "a", {"a", "b"}, NOW).moves == ()  # b is live but not registered
 
 
-def test_a_successor_registered_less_than_the_settle_time_ago_gets_nothing_until_then():
+def test_a_live_member_registered_for_less_than_the_settle_time_is_not_counted_yet():
     roster = ["a", "b"]
-    states = {f"r{i}": state(f"r{i}", "a", roster, registered={"b": NOW - 400})
-              for i in range(4)}
-    waiting = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000)
+    states = {f"r{i}": state(f"r{i}", "a", roster) for i in range(4)}
+    known = {(role, "b"): 400 for role in states}
+    waiting = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000, known_ms=known)
     assert waiting.moves == ()
     # The plan says what it waits for: a plan without moves is not a balanced group.
-    assert [(move.role, move.taker) for move in waiting.deferred] == [("r0", "b"), ("r1", "b")]
-    assert "registered 400 ms ago, under the settle time of 1000 ms" in waiting.deferred[0].reason
-    assert [m["to"] for m in waiting.to_json()["deferred"]] == ["b", "b"]
-    settled = plan(states, "a", {"a", "b"}, NOW + 600, settle_ms=1000)
+    assert (waiting.members, waiting.standing) == (("a",), ("b",))
+    assert waiting.to_json()["standing"] == ["b"]
+    # A registration the caller does not list is one just seen.
+    assert plan(states, "a", {"a", "b"}, NOW, settle_ms=1000).standing == ("b",)
+    known = {(role, "b"): 1000 for role in states}
+    settled = plan(states, "a", {"a", "b"}, NOW, settle_ms=1000, known_ms=known)
     assert [move.taker for move in settled.moves] == ["b", "b"]
-    assert settled.deferred == ()
+    assert settled.standing == ()
+
+
+def test_a_role_whose_successor_is_standing_up_is_not_handed_to_the_next():
+    """c, still standing up, would claim the role first: it is not handed over."""
+    roster = ["a", "b", "c"]
+    states = {f"r{i}": state(f"r{i}", "a", roster) for i in range(4)}
+    known = {(role, name): 1000 for role in states for name in ("a", "b")}
+    decided = plan(states, "a", {"a", "b", "c"}, NOW, settle_ms=1000, known_ms=known)
+    assert decided.standing == ("c",)
+    assert decided.moves, "b is settled and under its share"
+    for move in decided.moves:
+        assert successor(move.role, "a", roster) == "b"
+    assert {successor(role, "a", roster) for role in states} == {"b", "c"}
 
 
 def test_a_lapsed_lease_is_not_counted_as_held():
@@ -170,6 +185,84 @@ async def advance(clock: ManualClock, ms: int) -> None:
     for _ in range(ms // poll):
         clock.advance_ms(poll)
         await run_ready_callbacks()
+
+
+def registration_skew_case(skew_ms: int
+                           ) -> tuple[Rebalancer, dict[str, RoleState], ManualClock]:
+    """Member a holds both roles; b has just registered for them, its wall clock
+    `skew_ms` ahead of a's (the record's timestamp is b's); a settles in 1 s."""
+    clock = ManualClock(start_ms=NOW)
+    states = {role: state(role, "a", ["a", "b"], registered={"b": NOW + skew_ms})
+              for role in ("role-0", "role-1")}
+    runners = {role: FakeRunner() for role in states}
+    rebalancer = Rebalancer("a", runners, lambda: states, lambda: {"a", "b"}, clock,
+                            interval=10, settle=1)  # type: ignore[arg-type]
+    return rebalancer, states, clock
+
+
+def test_the_settle_time_runs_on_the_planner_s_clock_whatever_the_taker_s_says():
+    for skew_ms in (10 * 60_000, -10 * 60_000):  # b's clock 10 minutes ahead, or behind
+        rebalancer, _, clock = registration_skew_case(skew_ms)
+        assert rebalancer.step() is None, "a registration just seen has not settled"
+        assert rebalancer.last_plan is not None
+        assert rebalancer.last_plan.standing == ("b",)
+        clock.advance_ms(999)
+        assert rebalancer.step() is None
+        clock.advance_ms(1)
+        made = rebalancer.step()
+        assert made is not None, f"b's clock {skew_ms} ms off: known for 1 s, settled"
+        assert made.taker == "b"
+
+
+def test_a_member_still_registering_is_not_counted_so_it_moves_nothing_between_the_others():
+    """a and b hold r0..r5, three each; c joins and has registered for r0 and r1
+    only. Counted, it would shrink the roles all live members host to those two,
+    both a's, and a would hand r0 to b (its successor there, and settled)."""
+    clock = ManualClock(start_ms=NOW)
+    states = {f"r{i}": state(f"r{i}", "a" if i < 3 else "b", ["a", "b"]) for i in range(6)}
+    runners = {role: FakeRunner() for role in states}
+    rebalancer = Rebalancer("a", runners, lambda: states, lambda: {"a", "b", "c"}, clock,
+                            interval=10, settle=1)  # type: ignore[arg-type]
+    rebalancer.step()
+    clock.advance_ms(1000)
+    for role in ("r0", "r1"):
+        states[role] = state(role, states[role].lease.member, ["a", "b", "c"])
+    assert rebalancer.step() is None
+    assert rebalancer.last_plan is not None
+    assert (rebalancer.last_plan.members, rebalancer.last_plan.standing) == (("a", "b"), ("c",))
+    assert (rebalancer.last_plan.roles, rebalancer.last_plan.fair_share) == (6, 3)
+    assert rebalancer.last_plan.to_json()["standing"] == ["c"]
+    # Once c stands for every role it hosts, and has for the settle time, it counts.
+    for i in range(2, 6):
+        states[f"r{i}"] = state(f"r{i}", states[f"r{i}"].lease.member, ["a", "b", "c"])
+    assert rebalancer.step() is None
+    clock.advance_ms(999)
+    assert rebalancer.step() is None
+    assert rebalancer.last_plan.standing == ("c",)
+    clock.advance_ms(1)
+    made = rebalancer.step()
+    assert rebalancer.last_plan.members == ("a", "b", "c")
+    assert made is not None
+    assert made.taker == "c"
+
+
+def test_a_member_registering_again_stays_counted_but_one_that_left_stands_up_again():
+    rebalancer, states, clock = registration_skew_case(0)
+    rebalancer.step()
+    clock.advance_ms(1000)
+    # b stands again (a new registration record, as after every handover it makes).
+    for role, old in list(states.items()):
+        entries = [RosterEntry(e.member, e.offset + 10, e.registered_at, e.timestamp)
+                   if e.member == "b" else e for e in old.entries]
+        states[role] = RoleState(role, entries=entries, lease=old.lease)
+    assert rebalancer.step() is not None, "b registered again: it was standing already"
+    # b deregistered from role-1 and registered again: it is standing up anew.
+    states["role-1"] = state("role-1", "a", ["a"])
+    rebalancer.step()
+    states["role-1"] = state("role-1", "a", ["a", "b"])
+    assert rebalancer.step() is None
+    assert rebalancer.last_plan is not None
+    assert rebalancer.last_plan.standing == ("b",)
 
 
 async def test_the_next_plan_comes_as_soon_as_the_handover_has_landed():

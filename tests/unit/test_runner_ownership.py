@@ -359,3 +359,23 @@ async def test_a_runner_campaigns_through_ten_hours_without_a_broker_then_leads(
     transport.down = False
     await cluster.until(lambda: lead.leading, within=2.0 + 1)
     await cluster.stop_runners(lead)
+
+
+async def test_a_new_runner_of_the_role_waits_for_the_copy_a_cancelled_runner_left_running():
+    cluster = Cluster()
+    copies = Copies(cluster, stubborn=True)
+    first = runner(cluster, copies.function)
+    task = first.start()
+    await cluster.until(lambda: copies.running == 1, within=2)
+    task.cancel()
+    await cluster.until(task.done, within=3 * STOP_TIMEOUT)
+    assert copies.running == 1  # it ignored the cancellation and runs on
+    second = runner(cluster, copies.function)
+    second.start()
+    await cluster.advance(5 * LEASE)
+    assert second.state is RunnerState.AWAITING_FUNCTION
+    assert copies.starts == 1
+    copies.release.set()
+    await cluster.until(lambda: copies.starts == 2, within=2 * LEASE)
+    assert copies.most == 1
+    await cluster.stop_runners(second)

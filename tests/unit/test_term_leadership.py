@@ -8,6 +8,7 @@ tests/kafka/.
 """
 
 import asyncio
+import logging
 
 import pytest
 
@@ -16,18 +17,23 @@ from coordination import (
     FencedError,
     MemoryTransport,
     TermFilter,
+    TermKind,
     TermLeadership,
     TermToken,
+    TransportError,
     UndeclaredTopicError,
     claim_key,
+    decode_heartbeat,
     decode_term_header,
+    decode_term_key,
     encode_claim,
     encode_term_key,
     role_partition,
 )
 from coordination.term_fold import build_term_view
+from coordination.term_follower import TermFollower
 from coordination.term_records import TERM_HEADER, Claim
-from tests.support.sim import LEASE, STAGGER, Cluster, crash
+from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash
 
 TERM = {"fencing": "term", "outputs": ("out",)}
 
@@ -239,3 +245,132 @@ class ClaimsThenSignals(MemoryTransport):
         return offset
 
 
+
+
+# The leader's terms tail: what it cannot read does not keep it leading.
+
+
+class TermsTailControl(MemoryTransport):
+    """A member whose terms tails the test can stall or fail.
+
+    A stalled tail holds every read it gets from then on (nothing is
+    delivered, nothing raised: a tail that lags without end). Armed with
+    `fail_next`, a tail drops its next read and raises that error instead,
+    as a tail whose fetch failed.
+    """
+
+    def __init__(self, broker) -> None:
+        super().__init__(broker)
+        self.stalled = False
+        self.fail_next: Exception | None = None
+        self.opened = 0
+
+    async def tail_terms(self, partition, from_offset, *, role=None):
+        self.opened += 1
+        return ControlledTail(self, await super().tail_terms(partition, from_offset, role=role))
+
+
+class ControlledTail:
+    def __init__(self, control: TermsTailControl, inner) -> None:
+        self._control = control
+        self._inner = inner
+
+    async def next(self):
+        read = await self._inner.next()
+        if self._control.fail_next is not None:
+            error, self._control.fail_next = self._control.fail_next, None
+            raise error
+        if self._control.stalled:
+            await asyncio.get_running_loop().create_future()  # never delivered
+        return read
+
+    def returned_to(self) -> int:
+        return self._inner.returned_to()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def claim_term(cluster: Cluster, member: str, term: int, role: str = "billing"):
+    return cluster.transport().append_term(
+        role_partition(role, cluster.partitions),
+        encode_term_key(claim_key(role, member, term)), encode_claim(Claim(member, term, 0)))
+
+
+def heartbeats_of(cluster: Cluster, member: str, term: int) -> int:
+    partition = role_partition("billing", cluster.partitions)
+    records = cluster.broker.partition(TERMS_TOPIC, partition).read_committed(0).records
+    return sum(1 for r in records
+               if decode_term_key(r.key).kind is TermKind.HEARTBEAT
+               and decode_heartbeat(r.value).term == term)
+
+
+async def test_a_leader_whose_terms_tail_stalls_is_fenced_by_its_fence_deadline():
+    """The broker acknowledges the deposed leader's heartbeats, but a heartbeat
+    extends the fence deadline only once the leader has read it back: a blind
+    leader stops at the deadline of the last heartbeat it read."""
+    cluster = Cluster()
+    control = TermsTailControl(cluster.broker)
+    leader = await lead(cluster, "a", transport=control)
+    await cluster.advance(RENEW * 3)  # heartbeats, each read back
+    deadline = leader.fence_deadline_monotonic
+    assert deadline > leader.tenure  # moved past the claim's
+    control.stalled = True
+    await claim_term(cluster, "z", 2)
+    sent_before = heartbeats_of(cluster, "a", 1)
+    await cluster.until(leader.fenced, within=LEASE * 2)
+    assert deadline <= cluster.clock.monotonic_ms() <= deadline + 10  # one step of the clock
+    assert leader.fence_deadline_monotonic == deadline
+    assert heartbeats_of(cluster, "a", 1) > sent_before  # acknowledged, and not counted
+    await cluster.until(leader.done.done, within=1)
+    assert isinstance(leader.err, FencedError)
+    assert "fence deadline" in str(leader.err)
+
+
+async def test_heartbeats_read_back_keep_the_fence_deadline_ahead_of_the_clock():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    for _ in range(10):
+        await cluster.advance(RENEW)
+        assert leader.remaining() > (LEASE - RENEW) / 2
+    assert not leader.fenced()
+
+
+async def test_a_terms_tail_that_fails_once_says_so_once_and_reads_on(caplog):
+    """The failed read is not waited on again: the leader reads the partition
+    to its end, tails again, and finds the higher claim that the failed read
+    held, long before its fence deadline."""
+    cluster = Cluster()
+    control = TermsTailControl(cluster.broker)
+    leader = await lead(cluster, "a", transport=control)
+    await cluster.settle()
+    control.fail_next = TransportError("the fetch failed")
+    with caplog.at_level(logging.WARNING, logger="coordination.leadership"):
+        await claim_term(cluster, "z", 2)  # the read that holds it fails
+        claimed = cluster.clock.monotonic_ms()
+        await cluster.until(leader.done.done, within=LEASE)
+    assert cluster.clock.monotonic_ms() - claimed < RENEW * 1000
+    assert isinstance(leader.err, FencedError)
+    assert "z claimed term 2" in str(leader.err)
+    assert control.opened == 2
+    failed = [r for r in caplog.records if "terms tail failed" in r.getMessage()]
+    assert len(failed) == 1, [r.getMessage() for r in caplog.records]
+
+
+async def test_a_members_terms_tail_is_woken_by_its_own_role_only():
+    """The heartbeats of the partition's other roles neither reach the fold nor
+    wake a member waiting on its role."""
+    cluster = Cluster(partitions=1)
+    follower = TermFollower(cluster.transport(), 0, "billing", cluster.clock)
+    await follower.read_to_end()
+    waiting = asyncio.ensure_future(follower.wait(None))
+    for term in (1, 2, 3):
+        await claim_term(cluster, "z", term, role="shipping")
+    await cluster.settle()
+    assert not waiting.done()
+    await claim_term(cluster, "a", 1)
+    await cluster.until(waiting.done, within=1)
+    assert waiting.result() is True
+    assert (follower.view.term, follower.view.holder) == (1, "a")
+    assert follower.view.errors == []
+    await follower.close()
