@@ -51,6 +51,22 @@ believed they held:
   ended while the broker had it, before the newer term's barrier (counted
   as ``fenced_visible``).
 
+Three more checks judge the runner around the writes, in both modes
+(`check_tenure_owners`, `check_function_copies`, `check_lease_stories`):
+
+- no tenure outlives the runner that owns it by more than one renew
+  interval of its process's running time, and a tenure no runner was told
+  of (the campaign that took it failed) renews at most within that interval
+  of its first lease (``ownerless-tenure``);
+- at no instant do two copies of a role's function run: within one process
+  never, across members not once a copy outran its tenure's end by the
+  runner's stop bound (``two-copies``);
+- every lease a tenure committed is in the role's leadership-change history
+  as the library derives it from the state topic (`coordination.fold`,
+  `coordination.events`): its first lease as the ``elected`` event at its
+  tenure's offset, then each renewal, in offset order (``story-missing``,
+  ``story-order``).
+
 It works on plain data, so the simulation, the benchmarks and the real-process
 fault tests share it: a writer in another process keeps an attempt journal
 (JSON lines, `HistoryWriter(journal=...)`), which `attempts_from_journal`
@@ -80,23 +96,34 @@ from coordination import (
     decode_barrier,
     decode_term_header,
 )
+from coordination.changes import Elected, Renewed
+from coordination.events import change_event
+from coordination.fold import RoleFold
+from coordination.records import Lease
 from coordination.state import Record
 from coordination.term_fold import TermView, build_term_view
 
 __all__ = [
+    "LIFECYCLE_VIOLATION_KINDS",
     "TERM_VIOLATION_KINDS",
     "VIOLATION_KINDS",
     "Attempt",
+    "FunctionRun",
     "HistoryRecord",
     "HistoryReport",
     "HistoryWriter",
+    "LeaseStory",
     "Outcome",
     "OutputRecord",
     "TenureEnd",
+    "TenureLife",
     "TermTenure",
     "Violation",
     "attempts_from_journal",
+    "check_function_copies",
     "check_history",
+    "check_lease_stories",
+    "check_tenure_owners",
     "check_term_history",
     "decode_record",
     "encode_record",
@@ -128,6 +155,13 @@ TERM_VIOLATION_KINDS = (
     "duplicate",
     "phantom",
     "malformed",
+)
+
+LIFECYCLE_VIOLATION_KINDS = (
+    "ownerless-tenure",
+    "two-copies",
+    "story-missing",
+    "story-order",
 )
 
 FORMAT_VERSION = 1
@@ -690,3 +724,183 @@ def _check_tenures(report: HistoryReport, tenures: list[TermTenure], won: TermVi
             report.violations.append(Violation(
                 "term-regression", f"the tenure claimed at offset {offset} holds term {after}, "
                 f"below the earlier tenure's term {before}"))
+
+
+# The runner around the writes: owners, copies and the events' story.
+
+
+@dataclass(frozen=True, slots=True)
+class TenureLife:
+    """One tenure and its owner, its times in its process's running milliseconds.
+
+    Running time stops while the process is paused: a stopped process can
+    neither renew nor end a tenure. `owner` names the runner that was told
+    it leads (``"m1.2/billing"``), ``""`` when none was (the campaign that
+    took it failed). `began_ms`: its first record committed; `owner_ended_ms`:
+    its runner's task ended (None while it ran on); `ended_ms`: the tenure
+    ended (None if it had not when the history ended, at `history_end_ms`);
+    `renewals_ms`: each later lease record of it committed.
+    """
+
+    role: str
+    member: str
+    tenure: int
+    token: str
+    owner: str
+    began_ms: int
+    owner_ended_ms: int | None
+    ended_ms: int | None
+    history_end_ms: int
+    renewals_ms: tuple[int, ...] = ()
+
+
+def check_tenure_owners(lives: Iterable[TenureLife], renew_ms: int) -> list[Violation]:
+    """Tenures that lived, or renewed, more than `renew_ms` past their owner (``ownerless-tenure``).
+
+    An owned tenure's owner ends when its runner's task ends; a tenure no
+    runner was told of has no owner after its first lease.
+    """
+    found = []
+    for life in lives:
+        ended = life.began_ms if not life.owner else life.owner_ended_ms
+        if ended is None:
+            continue
+        whose = (f"{life.member}'s tenure {life.tenure} ({life.token}) of {life.role}")
+        after = ("after its runner " + life.owner + " ended" if life.owner
+                 else "after its first lease, no runner told of it")
+        late = [at for at in life.renewals_ms if at > ended + renew_ms]
+        if late:
+            found.append(Violation("ownerless-tenure", f"{whose} committed {len(late)} "
+                                   f"lease record(s), the first {late[0] - ended} ms {after}",
+                                   life.tenure))
+            continue
+        end = life.history_end_ms if life.ended_ms is None else life.ended_ms
+        if life.owner and end > ended + renew_ms:
+            still = "still ran at the end" if life.ended_ms is None else "ended"
+            found.append(Violation("ownerless-tenure", f"{whose} {still} {end - ended} ms "
+                                   f"{after}", life.tenure))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionRun:
+    """One copy of a role's function, in cluster milliseconds.
+
+    `process` names the process that ran it (``"m1.2"``); `ended_ms` is None
+    for a copy still running when the history ended. `tenure_ended_ms` is
+    when its tenure ended (None if it had not), `paused_ms` when its process
+    first stopped (a pause or a crash) after the copy started (None if it
+    did not): from then on the copy is a zombie the broker fences, not one
+    the runner must stop. `ignored_cancellation`: the copy went on after it
+    was cancelled.
+    """
+
+    role: str
+    process: str
+    tenure: int
+    started_ms: int
+    ended_ms: int | None
+    tenure_ended_ms: int | None = None
+    paused_ms: int | None = None
+    ignored_cancellation: bool = False
+
+
+def check_function_copies(runs: Iterable[FunctionRun], grace_ms: int) -> list[Violation]:
+    """Two copies of a role's function at one instant (``two-copies``).
+
+    Within one process never. Across members, a copy counts once it ran
+    `grace_ms` (the runner's bound on stopping a function) past the end of
+    its tenure in a process that did not stop meanwhile: before that it is
+    the fencing's business (a copy that has not noticed yet, its I/O being
+    aborted), after it a copy nobody stopped. A copy that ignored its
+    cancellation is left running once the runner's bound has passed, its
+    writes fenced by the resignation (`LeaderRunner`): across members it
+    does not count.
+    """
+    found = []
+    by_role: dict[str, list[FunctionRun]] = {}
+    for run in runs:
+        by_role.setdefault(run.role, []).append(run)
+    for role, copies in by_role.items():
+        copies.sort(key=lambda run: (run.started_ms, run.process, run.tenure))
+        for index, later in enumerate(copies):
+            for earlier in copies[:index]:
+                at = later.started_ms
+                if earlier.ended_ms is not None and earlier.ended_ms <= at:
+                    continue
+                if earlier.process != later.process:
+                    gone = earlier.tenure_ended_ms
+                    if earlier.ignored_cancellation or gone is None or at < gone + grace_ms or (
+                            earlier.paused_ms is not None and earlier.paused_ms <= at):
+                        continue
+                where = ("in one process" if earlier.process == later.process
+                         else f"{at - (earlier.tenure_ended_ms or 0)} ms after the first's "
+                         "tenure ended")
+                found.append(Violation(
+                    "two-copies", f"{role}: {later.process}'s copy (tenure {later.tenure}) "
+                    f"started at {at} ms while {earlier.process}'s copy (tenure "
+                    f"{earlier.tenure}, from {earlier.started_ms} ms) still ran, {where}"))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStory:
+    """What one tenure knows it committed: its first lease (at offset `tenure`)
+    and then each renewal it was told of, in order."""
+
+    role: str
+    member: str
+    tenure: int
+    token: tuple[int, int]
+    leases: tuple[Lease, ...]
+
+
+def check_lease_stories(role: str, partition: int, records: Iterable[Record],
+                        stories: Iterable[LeaseStory]) -> list[Violation]:
+    """Each tenure's leases in the events the library derives from `records`.
+
+    `records` are the role's partition of the state topic before any
+    compaction (other roles' records included), folded by a `RoleFold`; each
+    change becomes an event as the worker publishes them (`change_event`;
+    a renewal is no event, so its story is the fold's `Renewed` change). A
+    story must read: the ``elected`` event at the tenure's offset, with its
+    member, token, tenure and first lease, then each renewal's lease, at
+    growing offsets (``story-missing``, ``story-order``).
+    """
+    fold = RoleFold(role)
+    elected: dict[int, tuple[Lease, str | None, object, int | None]] = {}
+    renewed: dict[Lease, list[int]] = {}
+    for record in sorted(records, key=lambda r: r.offset):
+        change = fold.apply(record)
+        event = change_event(fold.state, partition, change)
+        if isinstance(change, Elected) and event is not None and event.kind == "elected":
+            elected[record.offset] = (change.lease, event.member, event.token, event.tenure)
+        elif isinstance(change, Renewed):
+            renewed.setdefault(change.lease, []).append(record.offset)
+    found = []
+    for story in stories:
+        whose = f"{role}: {story.member}'s tenure {story.tenure} ({story.token})"
+        seen = elected.get(story.tenure)
+        first = story.leases[0] if story.leases else None
+        token = None if seen is None else seen[2]
+        token_pair = (getattr(token, "producer_id", None), getattr(token, "producer_epoch", None))
+        if seen is None or (seen[0], seen[1], token_pair, seen[3]) != (
+                first, story.member, story.token, story.tenure):
+            found.append(Violation("story-missing", f"{whose}: no elected event at its first "
+                                   f"lease's offset for {first} (events: {seen})", story.tenure))
+            continue
+        previous = story.tenure
+        for number, lease in enumerate(story.leases[1:], start=1):
+            offsets = [o for o in renewed.get(lease, []) if o > story.tenure]
+            if not offsets:
+                found.append(Violation("story-missing", f"{whose}: renewal {number} ({lease}) "
+                                       "committed but is no renewal in the events"))
+                break
+            later = [o for o in offsets if o > previous]
+            if not later:
+                found.append(Violation("story-order", f"{whose}: renewal {number} is at "
+                                       f"offset {offsets[0]}, before renewal {number - 1}'s "
+                                       f"{previous}", offsets[0]))
+                break
+            previous = later[0]
+    return found

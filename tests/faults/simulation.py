@@ -56,6 +56,31 @@ at the broker refuses a deposed leader, so the checks are the readers':
   barrier or record, one holder per term, terms never go back, and every
   zombie's tenure ended.
 
+**Library faults** (`LibraryFaults`, drawn per seed from its own random
+stream, each kind switched on by name: `LIBRARY_FAULTS`, ``--faults``):
+the program around the library misbehaves. Observers raise at random calls
+(``observer``); each process's `Admission` raises from `lease_written` at
+random calls (``admission``); a transport call of a process cancels one
+of its runners' tasks at random (``cancel``: the runner is then cancelled
+at whatever it awaits, and a new runner for the role starts a moment
+later, as a supervisor would start it); a cancelled function ignores the
+cancellation for a random time (``stubborn``); and the roles run under
+``placement="balanced"`` with a `Rebalancer` in each process, the members
+hosting the different role sets the seed drew (``balanced``). The runs
+check, besides the above (`tests.faults.history`):
+
+- no tenure outlives its runner by more than one renew interval of its
+  process's running time (in epoch mode from the lease records, so a
+  tenure no runner was told of is caught too), and a stopped runner never
+  says it leads;
+- at no instant do two copies of a role's function run, in one process or
+  (once a copy outran its tenure by the runner's stop bound) across members;
+- in epoch mode, every lease a tenure committed is in the leadership-change
+  events the library derives from the state topic (folded as written,
+  before compaction), ``elected`` first, then its renewals in order;
+- a rebalancing never hands a role back to the member that handed it,
+  while nothing changed in between (no fault, no restart).
+
 ``run_seed(seed)`` runs one seed in a fresh event loop and returns a
 `SimReport`; its ``describe()`` starts with the command that replays it.
 """
@@ -71,7 +96,7 @@ import itertools
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from coordination import (
@@ -86,7 +111,10 @@ from coordination import (
     ManualClock,
     MemoryBroker,
     MemoryTransport,
+    Rebalancer,
+    RoleFold,
     RunnerObserver,
+    RunnerState,
     TenureStop,
     TermKind,
     TermLeadership,
@@ -97,14 +125,23 @@ from coordination import (
 )
 from coordination.memory import MAX_EPOCH
 from coordination.options import Fencing
+from coordination.records import Lease
+from coordination.state import Record, RoleState
 from coordination.term_fold import TermFold, TermView, build_term_view
 from tests.faults.history import (
+    FunctionRun,
     HistoryReport,
     HistoryWriter,
+    LeaseStory,
     OutputRecord,
     TenureEnd,
+    TenureLife,
     TermTenure,
+    Violation,
+    check_function_copies,
     check_history,
+    check_lease_stories,
+    check_tenure_owners,
     check_term_history,
 )
 from tests.support.sim import STATE, FaultyTransport, MemberClock, ProcessCrashed, quiesce
@@ -115,6 +152,71 @@ LIVELOCK_LEASES = 20
 ZOMBIE_LEASES = 3
 SETTLE_LEASES = 3
 REPLAY = "python -m tests.faults.simulation --seed {seed} --leases {leases}"
+LIBRARY_FAULTS = ("observer", "admission", "cancel", "stubborn", "balanced")
+
+
+class PlantedFault(Exception):
+    """An error the simulation makes the program around the library raise."""
+
+
+@dataclass(frozen=True)
+class LibraryFaults:
+    """How the program around the library misbehaves in one run (all off by default).
+
+    Probabilities are per call: of an observer method raising, of an
+    admission's `lease_written` raising, of a transport call cancelling one
+    of its process's runner tasks; `stubborn` is the chance a cancelled
+    function ignores it, for up to `stubborn_ms`.
+    """
+
+    observer: float = 0.0
+    admission: float = 0.0
+    cancel: float = 0.0
+    stubborn: float = 0.0
+    stubborn_ms: int = 0
+    balanced: bool = False
+    kinds: tuple[str, ...] = ()
+    """The kinds the seed was allowed to draw (what replays it)."""
+
+    @classmethod
+    def draw(cls, seed: int, lease: float, kinds: Collection[str]) -> LibraryFaults:
+        """The faults `seed` draws, from a stream of its own, for the named `kinds`.
+
+        A seed without kinds draws nothing, so it runs as before they existed.
+        """
+        unknown = set(kinds) - set(LIBRARY_FAULTS)
+        if unknown:
+            raise ValueError(f"no library fault {sorted(unknown)}; known: {LIBRARY_FAULTS}")
+        rng = random.Random(f"{seed}:library")
+        draws = {
+            "observer": rng.choice((0.0, 0.01, 0.05)),
+            "admission": rng.choice((0.0, 0.05, 0.3)),
+            "cancel": rng.choice((0.0, 0.002, 0.01)),
+            "stubborn": rng.choice((0.0, 0.5, 1.0)),
+            "stubborn_ms": round(lease * 1000 * rng.choice((0.5, 1.5, 3.0))),
+            "balanced": rng.random() < 0.5,
+        }
+        return cls(
+            observer=draws["observer"] if "observer" in kinds else 0.0,
+            admission=draws["admission"] if "admission" in kinds else 0.0,
+            cancel=draws["cancel"] if "cancel" in kinds else 0.0,
+            stubborn=draws["stubborn"] if "stubborn" in kinds else 0.0,
+            stubborn_ms=draws["stubborn_ms"] if "stubborn" in kinds else 0,
+            balanced=draws["balanced"] if "balanced" in kinds else False,
+            kinds=tuple(kind for kind in LIBRARY_FAULTS if kind in kinds),
+        )
+
+    @property
+    def any(self) -> bool:
+        """Whether any fault is on."""
+        return (self.observer, self.admission, self.cancel, self.stubborn,
+                self.balanced) != (0.0, 0.0, 0.0, 0.0, False)
+
+    def describe(self) -> str:
+        if not self.any:
+            return "none"
+        return (f"observer={self.observer} admission={self.admission} cancel={self.cancel} "
+                f"stubborn={self.stubborn} for {self.stubborn_ms}ms balanced={self.balanced}")
 
 
 @dataclass(frozen=True)
@@ -139,11 +241,16 @@ class SimConfig:
     cleaner_gap: float | None
     duration: float
     fencing: Fencing = "epoch"
+    library: LibraryFaults = LibraryFaults()
 
     @classmethod
     def from_seed(cls, seed: int, *, duration_leases: int = 24,
-                  fencing: Fencing = "epoch") -> SimConfig:
-        """Draw a cluster from `seed`; term mode draws the same, without epoch exhaustion."""
+                  fencing: Fencing = "epoch",
+                  library: Collection[str] = LIBRARY_FAULTS) -> SimConfig:
+        """Draw a cluster from `seed`; term mode draws the same, without epoch exhaustion.
+
+        `library` names the kinds of `LibraryFaults` the seed may draw (all by default).
+        """
         rng = random.Random(seed)
         members = tuple(f"m{i}" for i in range(1, rng.randint(3, 6) + 1))
         roles = ROLE_NAMES[: rng.randint(1, 3)]
@@ -173,6 +280,7 @@ class SimConfig:
             write_interval_ms=rng.choice((200, 500, 1000)),
             cleaner_gap=lease * rng.choice((0.5, 1.0, 3.0)),
             duration=lease * duration_leases,
+            library=LibraryFaults.draw(seed, lease, library),
         )
         if fencing == "term":  # no producer epochs to exhaust
             config = dataclasses.replace(config, near_exhaustion={}, fencing="term")
@@ -209,7 +317,8 @@ class SimConfig:
             f"max={self.delay_max_ms}ms fault_gap={_seconds(self.fault_gap)} "
             f"producer_ids={self.producer_ids} near_exhaustion={self.near_exhaustion} "
             f"write_interval={self.write_interval_ms}ms cleaner_gap={_seconds(self.cleaner_gap)} "
-            f"duration={self.duration}s fencing={self.fencing}"
+            f"duration={self.duration}s fencing={self.fencing} "
+            f"library faults: {self.library.describe()}"
         )
 
 
@@ -227,6 +336,7 @@ class SimReport:
     histories: dict[str, HistoryReport] = field(default_factory=dict)
     invariant_violations: list[str] = field(default_factory=list)
     lease_violations: list[str] = field(default_factory=list)
+    lifecycle_violations: list[Violation] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     livelocks: list[str] = field(default_factory=list)
     leaderless_ms: dict[str, int] = field(default_factory=dict)
@@ -251,6 +361,7 @@ class SimReport:
     def violations(self) -> list[str]:
         """Every safety violation: per-step invariants, histories, lease records."""
         found = list(self.invariant_violations) + list(self.lease_violations)
+        found += [str(violation) for violation in self.lifecycle_violations]
         for role, history in self.histories.items():
             found += [f"{role}: {violation}" for violation in history.violations]
         return found
@@ -266,7 +377,12 @@ class SimReport:
             return "a scripted scenario: run its test again"
         leases = round(self.config.duration / self.config.lease)
         command = REPLAY.format(seed=self.seed, leases=leases)
-        return command + " --fencing term" if self.config.fencing == "term" else command
+        if self.config.fencing == "term":
+            command += " --fencing term"
+        kinds = self.config.library.kinds
+        if set(kinds) != set(LIBRARY_FAULTS):
+            command += f" --faults {','.join(kinds) or 'none'}"
+        return command
 
     def describe(self, trace_lines: int = 40) -> str:
         """The replay command, the configuration, the figures and what went wrong.
@@ -315,29 +431,74 @@ class _Process:
         self.leaderships: list[Leadership] = []
         self.writers: dict[str, HistoryWriter] = {}
         self.runners: dict[str, LeaderRunner] = {}
+        self.runner_tasks: dict[str, asyncio.Task[None]] = {}
         self.dead = False
         self.running_since: int | None = None
+        self.ran_ms = 0
+        """Running time before `running_since` (the paused time left out)."""
+        self.stopped_at: list[int] = []
+        """When the process was paused or crashed (cluster ms)."""
+        self.died = asyncio.get_running_loop().create_future()
+        self.rng = random.Random()
+        """The process's own stream for library faults (seeded by the simulation)."""
+        self.rebalancer: Rebalancer | None = None
 
     @property
     def running(self) -> bool:
         return not self.dead and not self.clock.paused
+
+    def running_ms(self, now: int) -> int:
+        """How long the process has run, pauses left out, at cluster time `now`."""
+        since = self.running_since
+        return self.ran_ms + (0 if since is None else now - since)
+
+    def stop_running(self, now: int) -> None:
+        """The process stops (a pause or a crash): its running time stops too."""
+        self.ran_ms = self.running_ms(now)
+        self.running_since = None
+        self.stopped_at.append(now)
+
+    def planted(self, probability: float, what: str) -> None:
+        """Raise `PlantedFault` with `probability`, from this process's stream."""
+        if probability and self.rng.random() < probability:
+            raise PlantedFault(f"{self}: {what} raised (planted)")
 
     def __str__(self) -> str:
         return f"{self.member}.{self.incarnation}"
 
 
 class _SimObserver(RunnerObserver):
-    """Records a process's tenures for the invariants, and its failures as errors."""
+    """Records a process's tenures for the invariants, and its failures as errors.
 
-    def __init__(self, sim: Simulation, process: _Process) -> None:
+    With the ``observer`` library fault, each call raises `PlantedFault` at
+    random, after it recorded what it heard.
+    """
+
+    def __init__(self, sim: Simulation, process: _Process, runner: LeaderRunner) -> None:
         self.sim = sim
         self.process = process
+        self.runner = runner
+        self.raising = sim.config.library.observer
 
     def elected(self, role: str, leadership: Leadership) -> None:
         self.process.leaderships.append(leadership)
         self.sim.leaderships[role].append((self.process, leadership))
         self.sim._trace(f"{self.process} leads {role} with {leadership.token}, "
                         f"tenure {leadership.tenure}")
+        self.sim._owned(self.process, role, self.runner, leadership)
+        self.process.planted(self.raising, "elected()")
+
+    def renewed(self, role: str, leadership: Leadership, latency: float) -> None:
+        lease = getattr(leadership, "lease", None)
+        if isinstance(lease, Lease):
+            self.sim.stories.setdefault(leadership, []).append(lease)
+        self.process.planted(self.raising, "renewed()")
+
+    def fenced(self, role: str, leadership: Leadership) -> None:
+        self.process.planted(self.raising, "fenced()")
+
+    def resigned(self, role: str, leadership: Leadership) -> None:
+        self.process.planted(self.raising, "resigned()")
 
     def lost(self, role: str, leadership: Leadership, stop: TenureStop) -> None:
         self.sim._trace(f"{self.process} stops leading {role} ({leadership.token}): "
@@ -348,11 +509,28 @@ class _SimObserver(RunnerObserver):
                 leadership.err, (type(None), FencedError, EpochLostError, ProcessCrashed)):
             self.sim.report.errors.append(f"{self.process}: resign({role}) failed: "
                                           f"{leadership.err!r}")
+        self.process.planted(self.raising, "lost()")
 
     def campaign_failed(self, role: str, error: BaseException) -> None:
         if not isinstance(error, ProcessCrashed):
             self.sim.report.errors.append(
                 f"{self.process}: campaigning for {role} raised {error!r}")
+        self.process.planted(self.raising, "campaign_failed()")
+
+
+class _SimAdmission:
+    """A process's admission: always open; with the ``admission`` library fault,
+    `lease_written` raises `PlantedFault` at random calls."""
+
+    def __init__(self, process: _Process, raising: float) -> None:
+        self.process = process
+        self.raising = raising
+
+    def closed_for_ms(self) -> int:
+        return 0
+
+    def lease_written(self, seconds: float) -> None:
+        self.process.planted(self.raising, "lease_written()")
 
 
 def _producer_ids(kind: str, rng: random.Random) -> Iterator[int]:
@@ -407,6 +585,35 @@ class Simulation:
         self.start_ms = self.clock.now_ms()
         self.end_ms = self.start_ms + round(config.duration * 1000)
         self.last_observed = self.start_ms
+        # The library faults and what their invariants watch.
+        self.library = config.library
+        self.library_rng = random.Random(f"{config.seed}:library-faults")
+        self.owners: dict[tuple[str, object], tuple[_Process, LeaderRunner, Leadership]] = {}
+        """Each tenure a runner was told of, by role and token."""
+        self.stories: dict[Leadership, list[Lease]] = {}
+        """Each epoch tenure's leases as it was told of them: first, then renewals."""
+        self.runner_ended: dict[LeaderRunner, int] = {}
+        """When each runner's task ended, in its process's running ms."""
+        self.tenure_ended: dict[Leadership, tuple[int, int]] = {}
+        """When each owned tenure ended: its process's running ms and cluster ms."""
+        self.copies: list[list[object]] = []
+        """Each copy of a function: role, process, tenure, started, ended (cluster ms),
+        whether it ignored its cancellation."""
+        self.state_read = [0] * config.partitions
+        self.state_appended = [0] * config.partitions
+        self.appended_ms: dict[tuple[int, int], tuple[_Process, int]] = {}
+        """Each lease record appended, not yet committed: its writer's running ms then."""
+        self.state_log: list[list[Record]] = [[] for _ in range(config.partitions)]
+        """The state topic as written, before any compaction."""
+        self.role_folds = {role: RoleFold(role) for role in config.roles}
+        self.log_tenures: dict[tuple[str, FencingToken], dict[str, object]] = {}
+        """Each tenure of the lease records: member, tenure, began and renewals (running ms)."""
+        self.changes = 0
+        """Counts faults and restarts: a rebalancing move back is an oscillation only
+        when nothing changed since the move forth."""
+        self.moves_seen: dict[str, tuple[str, str, int]] = {}
+        self.moves_read: dict[_Process, object] = {}
+        self.stopped_leading: set[LeaderRunner] = set()
 
     # Running.
 
@@ -419,12 +626,16 @@ class Simulation:
         """
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self._loop_error)
-        with _quiet_library_logs():
+        with _quiet_library_logs(self.library.any):
             report = await self._run()
         for process in self.every_process:  # drop the finished tasks and what they hold
             process.tasks.clear()
             process.leaderships.clear()
         self.leaderships.clear()
+        self.owners.clear()
+        self.stories.clear()
+        self.tenure_ended.clear()
+        self.copies.clear()
         gc.collect()
         await quiesce()
         return report
@@ -459,6 +670,8 @@ class Simulation:
                 await self._run_until(self.clock.now_ms() + config.lease_ms)
             self._record_term_tenures()
         await self._shut_down()
+        if not self.term_mode:  # what the coordinator's aborts let readers see at last
+            self._read_state(self.clock.now_ms())
         self._check_histories()
         return self.report
 
@@ -507,13 +720,57 @@ class Simulation:
                                     self._delays(random.Random(self.rng.getrandbits(64))))
         process = _Process(member, self.incarnations[member], clock, transport)
         process.running_since = self.clock.now_ms()
+        if self.library.any:
+            process.rng.seed(self.library_rng.getrandbits(64))
+        if self.library.cancel:
+            transport.delay = self._cancelling(process, transport.delay)
         self.processes[member] = process
         self.every_process.append(process)
+        self.changes += 1
         for role in self.config.roles:
             if member in self.config.candidates[role]:
                 process.writers[role] = HistoryWriter(
                     f"{process}/{role}", OUTPUT, self.config.roles.index(role), clock=self.clock)
                 process.tasks.append(self._candidate(process, role))
+        if self.library.balanced:
+            process.rebalancer = self._rebalancer(process)
+            process.tasks.append(asyncio.create_task(process.rebalancer.run(),
+                                                     name=f"{process} rebalancer"))
+
+    def _rebalancer(self, process: _Process) -> Rebalancer:
+        """Evens out the process's balanced roles, from the state as written so far."""
+        def states() -> Mapping[str, RoleState]:
+            return {role: self.role_folds[role].state for role in process.runners}
+
+        def live() -> list[str]:
+            return [p.member for p in self.processes.values() if not p.dead]
+
+        return Rebalancer(process.member, process.runners, states, live, process.clock,
+                          interval=self.config.lease)
+
+    def _cancelling(self, process: _Process, delay: Callable[[str], tuple[int, int]] | None
+                    ) -> Callable[[str], tuple[int, int]]:
+        """`delay`, and at random a call cancels one of the process's runner tasks
+        (one handing over, when there is one, half the time)."""
+        def cancelling(call: str) -> tuple[int, int]:
+            if process.rng.random() < self.library.cancel:
+                tasks = {role: task for role, task in process.runner_tasks.items()
+                         if not task.done()}
+                handing = [role for role in tasks
+                           if process.runners[role].state is RunnerState.HANDING_OVER]
+                if tasks:
+                    choice = (handing if handing and process.rng.random() < 0.5
+                              else sorted(tasks))
+                    role = process.rng.choice(choice)
+                    state = process.runners[role].state.value
+                    self.report.faults["runner cancelled"] += 1
+                    self.report.faults[f"runner cancelled {state}"] += 1
+                    self._trace(f"{process}: the runner of {role} is cancelled while {state} "
+                                f"(at a {call})")
+                    tasks[role].cancel()
+            return delay(call) if delay is not None else (0, 0)
+
+        return cancelling
 
     def _delays(self, rng: random.Random) -> Callable[[str], tuple[int, int]]:
         probability, most = self.config.delay_probability, self.config.delay_max_ms
@@ -532,27 +789,92 @@ class Simulation:
         config = self.config
         writer = process.writers[role]
 
+        library = config.library
+
         async def work(leadership: Leadership) -> None:
-            while True:
-                try:
-                    await writer.write(leadership)
-                except ProcessCrashed:
-                    return
-                except Exception as exc:  # an unknown outcome: the checker judges the write
-                    self.report.write_errors[type(exc).__name__] += 1
-                    self._trace(f"{process} write for {role}: {exc!r}")
-                interval = config.write_interval_ms
-                await process.clock.sleep_until(process.clock.now_ms() + interval)
+            copy: list[object] = [role, process, leadership, self.clock.now_ms(), None, False]
+            self.copies.append(copy)
+            try:
+                while True:
+                    try:
+                        await writer.write(leadership)
+                    except ProcessCrashed:
+                        return
+                    except Exception as exc:  # an unknown outcome: the checker judges it
+                        self.report.write_errors[type(exc).__name__] += 1
+                        self._trace(f"{process} write for {role}: {exc!r}")
+                    interval = config.write_interval_ms
+                    await process.clock.sleep_until(process.clock.now_ms() + interval)
+            except asyncio.CancelledError:
+                if library.stubborn and process.rng.random() < library.stubborn:
+                    copy[5] = True
+                    await self._ignore_cancellation(process, role)
+                raise
+            finally:
+                copy[4] = self.clock.now_ms()
 
         options = LeadershipOptions(
             config.partitions, config.lease, config.renew, config.stagger[role],
+            placement="balanced" if library.balanced else "registration",
             fencing=config.fencing, outputs=(OUTPUT,) if self.term_mode else ())
         runner = LeaderRunner(process.transport, role, process.member, work, options=options,
-                              clock=process.clock, observer=_SimObserver(self, process),
-                              stop_timeout=config.lease, retry_interval=config.renew,
-                              max_backoff=config.lease)
+                              clock=process.clock, stop_timeout=config.lease,
+                              retry_interval=config.renew, max_backoff=config.lease,
+                              admission=(_SimAdmission(process, library.admission)
+                                         if library.admission else None))
+        runner.observer = _SimObserver(self, process, runner)
         process.runners[role] = runner
-        return asyncio.create_task(runner.run(), name=f"{process} {role}")
+        task = asyncio.create_task(runner.run(), name=f"{process} {role}")
+        process.runner_tasks[role] = task
+        task.add_done_callback(lambda done: self._runner_ended(process, role, runner, done))
+        return task
+
+    async def _ignore_cancellation(self, process: _Process, role: str) -> None:
+        """A function that ignores its cancellation for a while (its process's death ends it)."""
+        until = self.clock.now_ms() + process.rng.randint(1, self.library.stubborn_ms)
+        self.report.faults["function ignores cancellation"] += 1
+        self._trace(f"{process}: the function of {role} ignores its cancellation for "
+                    f"{until - self.clock.now_ms()}ms")
+        while self.clock.now_ms() < until and not process.dead:
+            waiting = asyncio.ensure_future(self.clock.sleep_until(until))
+            try:
+                await asyncio.wait([waiting, process.died], return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                self._trace(f"{process}: the function of {role} ignores another cancellation")
+            finally:
+                waiting.cancel()
+
+    def _runner_ended(self, process: _Process, role: str, runner: LeaderRunner,
+                      task: asyncio.Task[None]) -> None:
+        """A runner's task ended in a live process: a supervisor starts another."""
+        if process.dead:
+            return
+        now = self.clock.now_ms()
+        self.runner_ended[runner] = process.running_ms(now)
+        self.changes += 1
+        why = "cancelled" if task.cancelled() else repr(task.exception())
+        self._trace(f"{process}: the runner of {role} ended ({why}), with "
+                    f"{runner.leadership and runner.leadership.token} in hand")
+        if runner.state is RunnerState.STOPPED and runner.leading:
+            self.report.invariant_violations.append(
+                f"{role} at t={now - self.start_ms}ms: {process}'s runner stopped, yet says it "
+                f"leads with {runner.leadership and runner.leadership.token}")
+        delay = process.rng.randint(0, self.config.lease_ms)
+        self._schedule(now + delay, "rerun", process.member, (role, process.incarnation))
+
+    def _owned(self, process: _Process, role: str, runner: LeaderRunner,
+               leadership: Leadership) -> None:
+        """A runner was told it leads: the tenure's owner, story and end are watched."""
+        self.owners[(role, leadership.token)] = (process, runner, leadership)
+        lease = getattr(leadership, "lease", None)
+        if isinstance(lease, Lease):
+            self.stories[leadership] = [lease]
+
+        def ended(_: object) -> None:
+            now = self.clock.now_ms()
+            self.tenure_ended.setdefault(leadership, (process.running_ms(now), now))
+
+        leadership.done.add_done_callback(ended)
 
     # Faults.
 
@@ -608,6 +930,13 @@ class Simulation:
             self._crash(process)
             if isinstance(arg, int):
                 self._schedule(now + arg, "restart", member)
+        elif kind == "rerun":
+            assert isinstance(arg, tuple)
+            role, incarnation = arg
+            if process.incarnation == incarnation and not process.dead:
+                self.report.faults["runner restarted"] += 1
+                self._trace(f"{process}: a new runner of {role} starts")
+                process.tasks.append(self._candidate(process, role))
         elif kind == "restart":
             self.report.faults["restart"] += 1
             self._start(member)
@@ -617,12 +946,14 @@ class Simulation:
             self.report.faults[kind] += 1
             self._trace(f"{process} {kind}s for {arg}ms")
             process.clock.pause()
-            process.running_since = None
+            process.stop_running(now)
+            self.changes += 1
             self._schedule(now + arg, "resume" if kind == "pause" else "thaw", member)
         elif kind in ("resume", "thaw") and not process.dead:
             self._trace(f"{process} {'resumes' if kind == 'resume' else 'thaws, clock behind'}")
             process.clock.resume(frozen=kind == "thaw")
             process.running_since = now
+            self.changes += 1
             if kind == "thaw":
                 lag = round(self.config.lease_ms * self.rng.uniform(0.5, 3))
                 self._schedule(now + lag, "ntp", member)
@@ -640,6 +971,7 @@ class Simulation:
             assert isinstance(arg, tuple)
             role, deregister = arg
             self.report.faults["resign"] += 1
+            self.changes += 1
             self._trace(f"{process} asked to resign {role}")
             process.runners[role].step_down(deregister=deregister)
 
@@ -667,9 +999,18 @@ class Simulation:
 
     def _crash(self, process: _Process) -> None:
         """The process dies: nothing more reaches the broker, its tasks stop."""
+        now = self.clock.now_ms()
         process.dead = True
         process.transport.crash()
-        process.running_since = None
+        if process.running_since is not None:
+            process.stop_running(now)
+        else:
+            process.stopped_at.append(now)
+        if not process.died.done():
+            process.died.set_result(None)
+        self.changes += 1
+        for leadership in process.leaderships:  # its tenures end with it
+            self.tenure_ended.setdefault(leadership, (process.ran_ms, now))
         for task in process.tasks:
             task.cancel()
         for leadership in process.leaderships:
@@ -705,6 +1046,10 @@ class Simulation:
         """The per-step invariants, and liveness bookkeeping."""
         now = self.clock.now_ms()
         elapsed, self.last_observed = now - self.last_observed, now
+        if not self.term_mode:
+            self._read_state(now)
+        if self.library.balanced:
+            self._observe_moves(now)
         for role in self.config.roles:
             if self.term_mode:
                 led = self._observe_term(role, now, elapsed)
@@ -728,6 +1073,74 @@ class Simulation:
                         f"has tenure {holders[0][1].tenure}, but tenure {newest} exists")
             self._account_leader(role, now, elapsed,
                                  any(p.running for p, _ in holders))
+
+    def _read_state(self, now: int) -> None:
+        """Fold what was committed to the state topic since the last step.
+
+        Each step reads before any compaction can remove a record, so
+        `state_log` is the topic as written; each lease record is timed on
+        its writer's running clock when it was appended (another role's open
+        transaction on the partition can hide it from readers for longer).
+        """
+        for partition in range(self.config.partitions):
+            log = self.broker.partition(STATE, partition)
+            fresh = []
+            for entry in reversed(log.entries):
+                if entry.offset < self.state_appended[partition]:
+                    break
+                fresh.append(entry)
+            self.state_appended[partition] = log.next_offset
+            for entry in fresh:
+                if entry.control or not entry.key or not entry.value:
+                    continue
+                key = decode_key(entry.key)
+                if key.kind == Kind.LEASE and key.role in self.role_folds:
+                    writer = self.processes[decode_lease(entry.value).member]
+                    self.appended_ms[(partition, entry.offset)] = (writer,
+                                                                   writer.running_ms(now))
+            read = log.read_committed(self.state_read[partition])
+            self.state_read[partition] = max(self.state_read[partition],
+                                             read.last_stable_offset)
+            for record in read.records:
+                self.state_log[partition].append(record)
+                key = decode_key(record.key)
+                fold = self.role_folds.get(key.role)
+                if fold is None:
+                    continue
+                fold.apply(record)
+                if key.kind != Kind.LEASE or not record.value:
+                    continue
+                lease = decode_lease(record.value)
+                token = FencingToken(lease.producer_id, lease.producer_epoch)
+                entry = self.log_tenures.get((key.role, token))
+                writer, at = self.appended_ms.pop((partition, record.offset))
+                if entry is None:
+                    self.log_tenures[(key.role, token)] = {
+                        "member": lease.member, "process": writer,
+                        "tenure": record.offset, "began": at, "renewals": []}
+                else:
+                    assert isinstance(entry["renewals"], list)
+                    entry["renewals"].append(at)
+
+    def _observe_moves(self, now: int) -> None:
+        """A rebalancing that hands a role back, with nothing changed since, oscillates."""
+        for process in self.processes.values():
+            if process.rebalancer is None or not process.rebalancer.moves:
+                continue
+            moves = process.rebalancer.moves
+            last = self.moves_read.get(process)
+            start = next((i + 1 for i, move in enumerate(moves) if move is last), 0)
+            for move in moves[start:]:
+                self.report.faults["rebalancing move"] += 1
+                self._trace(f"{process} rebalances {move.role} to {move.taker}")
+                before = self.moves_seen.get(move.role)
+                if before == (move.taker, move.giver, self.changes):
+                    self.report.invariant_violations.append(
+                        f"{move.role} at t={now - self.start_ms}ms: {move.giver} hands it back "
+                        f"to {move.taker}, which handed it over, nothing changed since: "
+                        f"{move.reason}")
+                self.moves_seen[move.role] = (move.giver, move.taker, self.changes)
+            self.moves_read[process] = moves[-1]
 
     def _observe_term(self, role: str, now: int, elapsed: int) -> bool:
         """Term mode's per-step invariants for `role`; whether a running process leads it."""
@@ -874,13 +1287,73 @@ class Simulation:
         if stuck:
             self.report.errors.append(f"tasks that ignored cancellation: {stuck}")
         for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
+            if task.done() and not task.cancelled() and task.exception() is not None \
+                    and not isinstance(task.exception(), PlantedFault):
                 self.report.errors.append(f"{task.get_name()} died: {task.exception()!r}")
         self.clock.advance_ms(self.config.lease_ms + 1000)
         self.broker.expire_transactions()
         await quiesce()
 
+    def _check_lifecycles(self) -> None:
+        """Owners of tenures, copies of functions, and (epoch mode) the events' story."""
+        report, config = self.report, self.config
+        lives = []
+        if self.term_mode:
+            for (role, token), (process, runner, lead) in self.owners.items():
+                lives.append(self._life(role, process.member, lead.tenure, str(token),
+                                        process, (process, runner, lead), 0, []))
+        for (role, token), entry in self.log_tenures.items():
+            process, renewals, member, tenure, began = (
+                entry["process"], entry["renewals"], entry["member"], entry["tenure"],
+                entry["began"])
+            assert isinstance(process, _Process)
+            assert isinstance(renewals, list)
+            assert isinstance(member, str)
+            assert isinstance(tenure, int)
+            assert isinstance(began, int)
+            lives.append(self._life(role, member, tenure, str(token), process,
+                                    self.owners.get((role, token)), began, renewals))
+        report.lifecycle_violations += check_tenure_owners(
+            lives, round(config.renew * 1000))
+        runs = []
+        for role, process, lead, started, ended, ignored in self.copies:
+            assert isinstance(process, _Process)
+            assert isinstance(lead, Leadership)
+            assert isinstance(started, int)
+            gone = self.tenure_ended.get(lead)
+            runs.append(FunctionRun(
+                str(role), str(process), lead.tenure, started,
+                ended if isinstance(ended, int) else None,
+                None if gone is None else gone[1],
+                next((at for at in process.stopped_at if at >= started), None),
+                ignored is True))
+        report.lifecycle_violations += check_function_copies(runs, config.lease_ms)
+        if self.term_mode:
+            return
+        for role in config.roles:
+            partition = role_partition(role, config.partitions)
+            stories = [LeaseStory(role, lead.member, lead.tenure,
+                                  (lead.token.producer_id, lead.token.producer_epoch),
+                                  tuple(leases))
+                       for lead, leases in self.stories.items()
+                       if lead.role == role and isinstance(lead.token, FencingToken)]
+            report.lifecycle_violations += check_lease_stories(
+                role, partition, self.state_log[partition], stories)
+
+    def _life(self, role: str, member: str, tenure: int, token: str, process: _Process,
+              owned: tuple[_Process, LeaderRunner, Leadership] | None, began: int,
+              renewals: list[int]) -> TenureLife:
+        if owned is None:
+            return TenureLife(role, member, tenure, token, "", began, None, None,
+                              process.ran_ms, tuple(renewals))
+        owner, runner, lead = owned
+        gone = self.tenure_ended.get(lead)
+        return TenureLife(role, member, tenure, token, f"{owner}/{role}", began,
+                          self.runner_ended.get(runner), None if gone is None else gone[0],
+                          owner.ran_ms, tuple(renewals))
+
     def _check_histories(self) -> None:
+        self._check_lifecycles()
         if self.term_mode:
             self._check_term_histories()
             return
@@ -973,15 +1446,16 @@ def _is_claim_of(key: bytes, role: str) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_library_logs() -> Iterator[None]:
-    """Keep the library's INFO and WARNING lines out of a run (the trace has them).
+def _quiet_library_logs(planted: bool) -> Iterator[None]:
+    """Keep the library's INFO and WARNING lines out of a run (the trace has them),
+    and its ERROR lines too when the run plants errors (the library logs them).
 
     A test runner that captures logs keeps every record until its test ends;
     thousands of runs in one test would keep millions.
     """
     logger = logging.getLogger("coordination")
     level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL if planted else logging.ERROR)
     try:
         yield
     finally:
@@ -993,10 +1467,12 @@ def run_seed(
     *,
     duration_leases: int = 24,
     fencing: Fencing = "epoch",
+    library: Collection[str] = LIBRARY_FAULTS,
     broker_factory: Callable[..., MemoryBroker] = MemoryBroker,
 ) -> SimReport:
-    """Run one seed in a fresh event loop."""
-    config = SimConfig.from_seed(seed, duration_leases=duration_leases, fencing=fencing)
+    """Run one seed in a fresh event loop, with the `library` fault kinds it draws."""
+    config = SimConfig.from_seed(seed, duration_leases=duration_leases, fencing=fencing,
+                                 library=library)
     return asyncio.run(Simulation(config, broker_factory=broker_factory).run())
 
 
@@ -1069,21 +1545,27 @@ def main(argv: list[str] | None = None) -> int:
                              "(default 12 for --seed, 24 for --seeds)")
     parser.add_argument("--fencing", choices=("epoch", "term"), default="epoch",
                         help="the fencing mode every member runs (default epoch)")
+    parser.add_argument("--faults", default=",".join(LIBRARY_FAULTS),
+                        help="the library fault kinds seeds may draw, comma-separated, or "
+                             f"none (default all: {','.join(LIBRARY_FAULTS)})")
     args = parser.parse_args(argv)
+    library = [] if args.faults == "none" else [k for k in args.faults.split(",") if k]
     if args.seed is not None:
-        report = run_seed(args.seed, duration_leases=args.leases or 12, fencing=args.fencing)
+        report = run_seed(args.seed, duration_leases=args.leases or 12, fencing=args.fencing,
+                          library=library)
         print(report.describe(trace_lines=0))
         print("\n".join(report.trace))
         return 0 if report.ok else 1
     began = time.perf_counter()
     reports = []
     for seed in range(args.start, args.start + args.seeds):
-        report = run_seed(seed, duration_leases=args.leases or 24, fencing=args.fencing)
+        report = run_seed(seed, duration_leases=args.leases or 24, fencing=args.fencing,
+                          library=library)
         if report.ok:
             report.trace.clear()  # thousands of traces would fill the memory
         reports.append(report)
     print(f"--seeds {args.seeds} --start {args.start} --leases {args.leases or 24} "
-          f"--fencing {args.fencing}")
+          f"--fencing {args.fencing} --faults {args.faults}")
     print(summarize(reports, time.perf_counter() - began))
     failing = [r for r in reports if not r.ok]
     for report in failing[:3]:

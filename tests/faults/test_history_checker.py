@@ -27,16 +27,22 @@ from coordination import (
 from coordination.state import Record
 from tests.faults.history import (
     Attempt,
+    FunctionRun,
     HistoryRecord,
     HistoryWriter,
+    LeaseStory,
     OutputRecord,
+    TenureLife,
     TermTenure,
     attempts_from_journal,
+    check_function_copies,
     check_history,
+    check_lease_stories,
+    check_tenure_owners,
     check_term_history,
     encode_record,
 )
-from tests.support.sim import LEASE, Cluster, crash
+from tests.support.sim import LEASE, STATE, Cluster, crash, lead
 
 
 def write(writer: str, seq: int, tenure: int, token: tuple[int, int]) -> HistoryRecord:
@@ -353,3 +359,114 @@ async def test_a_history_writer_in_term_mode_writes_records_the_term_checker_acc
     assert (report.committed, report.visible, report.barriers) == (2, 2, 2)
     for task in second.result()._tasks:
         task.cancel()
+
+
+# The runner around the writes: tenure owners, function copies, the events' story.
+
+RENEW_MS = 1000
+
+
+def life(owner: str = "a.1/billing", owner_ended: int | None = 5000,
+         ended: int | None = 5500, renewals: tuple[int, ...] = (1000, 2000)) -> TenureLife:
+    return TenureLife("billing", "a", 3, "1000:0", owner, 0, owner_ended, ended, 9000, renewals)
+
+
+def test_a_tenure_that_ends_within_a_renew_interval_of_its_runner_has_an_owner():
+    assert check_tenure_owners([life()], RENEW_MS) == []
+    assert check_tenure_owners([life(owner_ended=None, ended=None)], RENEW_MS) == []
+
+
+def test_a_tenure_renewing_after_its_runner_ended_is_ownerless():
+    found = check_tenure_owners([life(renewals=(1000, 6000, 7000))], RENEW_MS)
+    assert [v.kind for v in found] == ["ownerless-tenure"]
+    assert "1 lease record(s), the first 2000 ms after its runner a.1/billing ended" in (
+        found[0].detail)
+
+
+def test_a_tenure_outliving_its_runner_without_renewing_is_ownerless():
+    assert [v.kind for v in check_tenure_owners([life(ended=None)], RENEW_MS)] == [
+        "ownerless-tenure"]
+    assert [v.kind for v in check_tenure_owners([life(ended=6001)], RENEW_MS)] == [
+        "ownerless-tenure"]
+
+
+def test_a_tenure_no_runner_was_told_of_may_not_renew_past_a_renew_interval():
+    assert check_tenure_owners([life(owner="", renewals=(900,))], RENEW_MS) == []
+    found = check_tenure_owners([life(owner="", renewals=(900, 1800))], RENEW_MS)
+    assert [v.kind for v in found] == ["ownerless-tenure"]
+    assert "no runner told of it" in found[0].detail
+
+
+def copy(process: str, started: int, ended: int | None, tenure_ended: int | None = None,
+         **more: object) -> FunctionRun:
+    return FunctionRun("billing", process, started, started, ended, tenure_ended,
+                       **more)  # type: ignore[arg-type]
+
+
+def test_copies_one_after_another_are_one_copy_at_a_time():
+    runs = [copy("a.1", 0, 100, 90), copy("a.1", 100, 300), copy("b.1", 300, None)]
+    assert check_function_copies(runs, grace_ms=1000) == []
+
+
+def test_two_copies_in_one_process_at_once_are_caught():
+    found = check_function_copies([copy("a.1", 0, 500, 90), copy("a.1", 200, None)],
+                                  grace_ms=1000)
+    assert [v.kind for v in found] == ["two-copies"]
+    assert "in one process" in found[0].detail
+
+
+def test_across_members_a_copy_counts_once_it_outran_its_tenure_by_the_stop_bound():
+    early = [copy("a.1", 0, 2000, 100), copy("b.1", 1000, None)]
+    assert check_function_copies(early, grace_ms=1000) == []
+    late = [copy("a.1", 0, 2000, 100), copy("b.1", 1500, None)]
+    assert [v.kind for v in check_function_copies(late, grace_ms=1000)] == ["two-copies"]
+
+
+def test_across_members_a_stopped_process_or_an_ignored_cancellation_does_not_count():
+    paused = [copy("a.1", 0, 5000, 100, paused_ms=50), copy("b.1", 1500, None)]
+    assert check_function_copies(paused, grace_ms=1000) == []
+    stubborn = [copy("a.1", 0, 5000, 100, ignored_cancellation=True), copy("b.1", 1500, None)]
+    assert check_function_copies(stubborn, grace_ms=1000) == []
+    in_one = [copy("a.1", 0, 5000, 100, ignored_cancellation=True), copy("a.1", 1500, None)]
+    assert [v.kind for v in check_function_copies(in_one, grace_ms=1000)] == ["two-copies"]
+
+
+async def told_story(cluster: Cluster) -> tuple[LeaseStory, list[Record]]:
+    """A tenure that renews twice, its story as it was told, and its partition."""
+    leadership = await lead(cluster, "a")
+    leases = [leadership.lease]
+    leadership.on_renewed = lambda lease, _latency: leases.append(lease)
+    await cluster.until(lambda: len(leases) == 3, within=3 * LEASE)
+    crash(leadership)
+    token = leadership.token
+    story = LeaseStory("billing", "a", leadership.tenure,
+                       (token.producer_id, token.producer_epoch), tuple(leases))
+    partition = role_partition("billing", cluster.partitions)
+    return story, cluster.broker.partition(STATE, partition).read_committed(0).records
+
+
+async def test_a_tenure_whose_leases_are_its_elected_event_and_renewals_tells_its_story():
+    cluster = Cluster()
+    story, records = await told_story(cluster)
+    partition = role_partition("billing", cluster.partitions)
+    assert check_lease_stories("billing", partition, records, [story]) == []
+
+
+async def test_a_committed_renewal_missing_from_the_events_breaks_the_story():
+    cluster = Cluster()
+    story, records = await told_story(cluster)
+    partition = role_partition("billing", cluster.partitions)
+    renewal = max(r.offset for r in records if r.value)
+    found = check_lease_stories("billing", partition,
+                                [r for r in records if r.offset != renewal], [story])
+    assert [v.kind for v in found] == ["story-missing"]
+
+
+async def test_a_first_lease_that_is_no_elected_event_breaks_the_story():
+    cluster = Cluster()
+    story, records = await told_story(cluster)
+    partition = role_partition("billing", cluster.partitions)
+    found = check_lease_stories("billing", partition,
+                                [r for r in records if r.offset != story.tenure], [story])
+    assert [v.kind for v in found] == ["story-missing"]
+    assert "no elected event" in found[0].detail

@@ -3,6 +3,10 @@
 CI runs `CI_SEEDS` seeds of `CI_LEASES` lease durations each (about 20 s on
 one core), and `TERM_CI_SEEDS` of the same seeds again in term mode (every
 member with ``fencing="term"``; the figure is in docs/reliability.md). Each
+seed also draws the library faults it runs with (`LibraryFaults`: observers
+and admissions that raise, runner tasks cancelled, functions that ignore
+cancellation, balanced placement over different role sets); ``--faults``
+names the kinds a run may draw (``--faults none`` for none). Each
 failure message starts with the command that replays its seed and prints
 its whole trace:
 
@@ -39,6 +43,7 @@ from coordination import (
 from coordination.heap import settle_heap
 from coordination.memory import MAX_EPOCH
 from tests.faults.simulation import (
+    LIBRARY_FAULTS,
     LIVELOCK_LEASES,
     TRANSACTION_CALLS,
     ZOMBIE_LEASES,
@@ -126,6 +131,27 @@ def test_the_term_mode_seeds_exercise_every_fault_and_readers_drop_zombie_writes
     assert sum(r.epochs_minted for r in reports) == 0
     assert sum(sum(r.fenced_by_broker.values()) for r in reports) == 0
     assert any(len(r.config.roles) > r.config.partitions for r in reports)  # roles share
+
+
+def test_the_ci_seeds_exercise_every_library_fault():
+    reports = [ci_report(seed) for seed in range(CI_SEEDS)]
+    faults = Counter()
+    for report in reports:
+        faults.update(report.faults)
+    assert {"runner cancelled", "runner cancelled handing-over", "runner restarted",
+            "function ignores cancellation", "rebalancing move"} <= set(faults)
+    drawn = [r.config.library for r in reports]
+    assert any(library.observer for library in drawn)
+    assert any(library.admission for library in drawn)
+    assert any(library.balanced for library in drawn)
+
+
+def test_a_seed_without_library_faults_draws_none_and_replays_without_them():
+    report = run_seed(7, duration_leases=CI_LEASES, library=())
+    assert not report.config.library.any
+    assert report.ok, report.describe()
+    assert report.replay_command.endswith("--faults none")
+    assert set(run_seed(7, duration_leases=1).config.library.kinds) == set(LIBRARY_FAULTS)
 
 
 def test_the_same_seed_replays_the_same_history():
