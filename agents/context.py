@@ -12,7 +12,7 @@ the fold's due index.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -81,6 +81,9 @@ class AgentSettings(Protocol):
     def admission_rate(self) -> float: ...
 
     @property
+    def metrics_per_role_limit(self) -> int: ...
+
+    @property
     def renew_interval(self) -> float: ...
 
     @property
@@ -92,7 +95,7 @@ class AgentSettings(Protocol):
 class AgentMetrics(Protocol):
     """The worker's metrics the agents and the role service report to (`app.metrics`)."""
 
-    def standing(self, role: str) -> None: ...
+    def stand_for(self, roles: Collection[str], per_role_limit: int) -> None: ...
 
     def leading(self, role: str, leading: bool) -> None: ...
 

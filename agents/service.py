@@ -105,13 +105,13 @@ class RoleService(Service):
                                              ctx.clock, rate=settings.admission_rate or None)
                      if settings.admission_limit else None)
         observer = MetricsObserver(ctx.metrics)
+        ctx.metrics.stand_for(sorted(ctx.roles), settings.metrics_per_role_limit)
         member = ctx.member
         for name, fn in sorted(ctx.roles.items()):
             options = settings.role_options(ctx.outputs.get(name, ()))
             runner = RoleRunner(transport, name, fn, member, options, clock=ctx.clock,
                                 observer=observer, admission=admission)
             ctx.runners[name] = runner
-            ctx.metrics.standing(name)
             runner.start()
         log.info("member %s stands for roles %s", member, sorted(ctx.roles))
         self._settling = asyncio.create_task(HeapSettler(

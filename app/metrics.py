@@ -8,7 +8,10 @@ many) never share or collide on a figure. On it:
   `prometheus_client` (``process_open_fds`` matters here: each held role
   costs the worker one or two sockets);
 - the coordination figures the role runners and the fold feed (names,
-  types and labels in docs/app.md#metrics);
+  types and labels in docs/app.md#metrics). The role runners' figures are
+  labelled by role, or, for a worker standing for more roles than
+  ``COORDINATION_METRICS_PER_ROLE_LIMIT``, only the held gauge is (its
+  `Cardinality`): a role then costs the worker one series, not up to 32;
 - Faust's own figures, recorded by Faust's `PrometheusMonitor` sensor on the
   same registry (`faust_monitor`), under the fixed prefix ``faust_`` so that
   dashboards do not depend on the app id;
@@ -23,7 +26,9 @@ own HTTP handlers choose it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from enum import Enum
+from typing import TypeVar
 
 from faust.sensors.prometheus import FaustMetrics, PrometheusMonitor
 from prometheus_client import (
@@ -40,7 +45,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-__all__ = ["FAUST_PREFIX", "FOLD_LAG", "RENEWAL_BUCKETS", "Metrics"]
+from coordination.errors import InvalidStateError
+
+__all__ = ["FAUST_PREFIX", "FOLD_LAG", "RENEWAL_BUCKETS", "Cardinality", "Metrics"]
 
 RENEWAL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FAUST_PREFIX = "faust"
@@ -79,8 +86,73 @@ class _FoldLag(Collector):
             labels=["partition"])
 
 
+class Cardinality(Enum):
+    """How many series each role a worker stands for costs it (docs/app.md#metrics)."""
+
+    PER_ROLE = "per-role"
+    """Every role figure is labelled by role: up to 32 series a role."""
+    LOW = "low"
+    """Only `coordination_roles_held` is labelled by role (one series a role); the
+    other role figures count all the worker's roles together."""
+
+    @classmethod
+    def for_roles(cls, roles: int, limit: int) -> Cardinality:
+        """The cardinality of a worker standing for `roles` roles: per role up to
+        `limit` of them (``COORDINATION_METRICS_PER_ROLE_LIMIT``), low above."""
+        return cls.LOW if roles > limit else cls.PER_ROLE
+
+
+_Figure = TypeVar("_Figure", Counter, Histogram)
+
+
+class _RoleFigures:
+    """The figures of the role runners but the held gauge, in one cardinality.
+
+    The names and help are the same in both; only the ``role`` label comes
+    and goes, so a query that does not group by role reads either.
+    """
+
+    def __init__(self, registry: CollectorRegistry, cardinality: Cardinality) -> None:
+        self.cardinality = cardinality
+        self._registry = registry
+        role = ["role"] if cardinality is Cardinality.PER_ROLE else []
+        self.elections = Counter(
+            "coordination_elections", "Leaderships this worker won", role,
+            registry=registry)
+        self.fences = Counter(
+            "coordination_fences",
+            "Tenures of this worker ended by a fence or at the fence deadline", role,
+            registry=registry)
+        self.resignations = Counter(
+            "coordination_resignations", "Roles this worker resigned", role,
+            registry=registry)
+        self.tenures_lost = Counter(
+            "coordination_tenures_lost",
+            "Tenures of this worker that ended, by how the role's function stopped",
+            [*role, "reason"], registry=registry)
+        self.lease_writes = Histogram(
+            "coordination_lease_write_seconds",
+            "Time to commit a lease record (first lease and renewals)", role,
+            buckets=RENEWAL_BUCKETS, registry=registry)
+
+    def of(self, figure: _Figure, role: str, **labels: str) -> _Figure:
+        """`figure`'s series for `role` (and `labels`), in this cardinality."""
+        if self.cardinality is Cardinality.PER_ROLE:
+            labels["role"] = role
+        return figure.labels(**labels) if labels else figure
+
+    def unregister(self) -> None:
+        for figure in (self.elections, self.fences, self.resignations, self.tenures_lost,
+                       self.lease_writes):
+            self._registry.unregister(figure)
+
+
 class Metrics:
-    """The figures one worker exports at ``GET /metrics``."""
+    """The figures one worker exports at ``GET /metrics``.
+
+    The role figures start per role, the cardinality of a worker standing for
+    no role; `stand_for` settles it once, from the number of roles.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -91,24 +163,8 @@ class Metrics:
         self.held = Gauge(
             "coordination_roles_held", "1 while this worker holds the role, else 0",
             ["role"], registry=registry)
-        self.elections = Counter(
-            "coordination_elections", "Leaderships this worker won", ["role"],
-            registry=registry)
-        self.fences = Counter(
-            "coordination_fences",
-            "Tenures of this worker ended by a fence or at the fence deadline", ["role"],
-            registry=registry)
-        self.resignations = Counter(
-            "coordination_resignations", "Roles this worker resigned", ["role"],
-            registry=registry)
-        self.tenures_lost = Counter(
-            "coordination_tenures_lost",
-            "Tenures of this worker that ended, by how the role's function stopped",
-            ["role", "reason"], registry=registry)
-        self.lease_writes = Histogram(
-            "coordination_lease_write_seconds",
-            "Time to commit a lease record (first lease and renewals)", ["role"],
-            buckets=RENEWAL_BUCKETS, registry=registry)
+        self._roles = _RoleFigures(registry, Cardinality.PER_ROLE)
+        self._stood_for: int | None = None
         self.handovers = Counter(
             "coordination_rebalance_handovers",
             "Roles this worker handed over to rebalance the group's balanced roles",
@@ -125,32 +181,53 @@ class Metrics:
         registry.register(self._fold_lag)
         self.faust = FaustMetrics.create(registry, FAUST_PREFIX)
 
-    def standing(self, role: str) -> None:
-        """This worker stands for `role` (its gauge reads 0 until it leads)."""
-        self.held.labels(role=role).set(0)
+    @property
+    def cardinality(self) -> Cardinality:
+        """How the role figures are labelled now."""
+        return self._roles.cardinality
+
+    def stand_for(self, roles: Collection[str], per_role_limit: int) -> None:
+        """This worker stands for `roles` (each one's gauge reads 0 until it leads).
+
+        Above `per_role_limit` roles the role figures turn low-cardinality. A
+        worker stands for its roles once, before any role figure is recorded:
+        the roles a worker stands for are those declared when its role
+        service starts, so the cardinality never changes afterwards.
+        """
+        if self._stood_for is not None:
+            raise InvalidStateError(
+                f"this worker already stands for its {self._stood_for} roles; "
+                "the metrics' cardinality is chosen once")
+        self._stood_for = len(roles)
+        cardinality = Cardinality.for_roles(len(roles), per_role_limit)
+        if cardinality is not self._roles.cardinality:
+            self._roles.unregister()
+            self._roles = _RoleFigures(self.registry, cardinality)
+        for role in roles:
+            self.held.labels(role=role).set(0)
 
     def leading(self, role: str, leading: bool) -> None:
         """This worker took (True) or lost (False) `role`."""
         self.held.labels(role=role).set(int(leading))
         if leading:
-            self.elections.labels(role=role).inc()
+            self._roles.of(self._roles.elections, role).inc()
 
     def fenced(self, role: str) -> None:
         """This worker's tenure of `role` ended by a fence or at its fence deadline."""
-        self.fences.labels(role=role).inc()
+        self._roles.of(self._roles.fences, role).inc()
 
     def resigned(self, role: str) -> None:
         """This worker resigned `role`."""
-        self.resignations.labels(role=role).inc()
+        self._roles.of(self._roles.resignations, role).inc()
 
     def lost(self, role: str, reason: str) -> None:
         """A tenure of `role` ended; `reason` is the runner's ``TenureStop.reason``."""
         self.leading(role, False)
-        self.tenures_lost.labels(role=role, reason=reason).inc()
+        self._roles.of(self._roles.tenures_lost, role, reason=reason).inc()
 
     def lease_written(self, role: str, seconds: float) -> None:
         """A lease record of `role` was committed in `seconds`."""
-        self.lease_writes.labels(role=role).observe(seconds)
+        self._roles.of(self._roles.lease_writes, role).observe(seconds)
 
     def handed_over(self) -> None:
         """This worker stepped down from a role to rebalance the group."""

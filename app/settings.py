@@ -70,6 +70,7 @@ VARIABLES: Mapping[str, str] = {
     "rebalance_interval": "COORDINATION_REBALANCE_INTERVAL",
     "admission_limit": "COORDINATION_ADMISSION_LIMIT",
     "admission_rate": "COORDINATION_ADMISSION_RATE",
+    "metrics_per_role_limit": "COORDINATION_METRICS_PER_ROLE_LIMIT",
     "fencing": "COORDINATION_FENCING",
     "member_id": "COORDINATION_MEMBER_ID",
     "web_host": "COORDINATION_WEB_HOST",
@@ -146,6 +147,9 @@ class Settings:
     renew interval (`coordination.admission`; 0: it always takes its turn)."""
     admission_rate: float = 0.0
     """With `admission_limit`: the roles this worker takes a second at most (0: no cap)."""
+    metrics_per_role_limit: int = 1000
+    """The most roles a worker stands for with every role figure labelled by role;
+    above, only the held gauge is (`app.metrics.Cardinality`)."""
     fencing: str = defaults.FENCING
     member_id: str | None = None
     web_host: str = field(default_factory=socket.gethostname)
@@ -193,6 +197,9 @@ class Settings:
         if self.admission_rate and not self.admission_limit:
             raise ValueError("COORDINATION_ADMISSION_RATE is set but COORDINATION_ADMISSION_LIMIT "
                              "is 0: the rate caps an admission, so set the limit too")
+        if self.metrics_per_role_limit < 0:
+            raise ValueError(f"COORDINATION_METRICS_PER_ROLE_LIMIT={self.metrics_per_role_limit} "
+                             "is negative; 0 labels only the held gauge by role")
         if not 0 < self.web_port < 65536:
             raise ValueError(f"web port {self.web_port} is out of range")
         if self.log_format not in LOG_FORMATS:

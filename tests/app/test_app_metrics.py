@@ -1,20 +1,31 @@
 """The worker's metrics: one Prometheus registry per worker, with the process
 figures, the coordination figures as events happen, the fold lag read at each
-scrape, and Faust's sensor figures recorded on the same registry."""
+scrape, and Faust's sensor figures recorded on the same registry; the series
+each role costs, labelled by role or, above the per-role limit, not."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 from faust.types import TP
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.roles import MetricsObserver, RoleRunner
-from app.factory import build
-from app.metrics import FOLD_LAG, Metrics
+from app.factory import build, create_app
+from app.install import install
+from app.metrics import FOLD_LAG, Cardinality, Metrics
 from app.settings import Settings
-from coordination import Leadership, LeadershipOptions, MemoryTransport
+from coordination import (
+    STATE_TOPIC,
+    InvalidStateError,
+    Leadership,
+    LeadershipOptions,
+    MemoryBroker,
+    MemoryTransport,
+)
+from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"
@@ -55,7 +66,7 @@ def test_each_worker_counts_its_own_figures():
 
 def test_the_coordination_figures_follow_the_events():
     m = Metrics()
-    m.standing(ROLE)
+    m.stand_for([ROLE], per_role_limit=1)
     assert sample(m, "coordination_roles_held", role=ROLE) == 0
     m.leading(ROLE, True)
     m.lease_written(ROLE, 0.004)
@@ -140,3 +151,147 @@ async def test_a_runner_feeds_elections_fences_and_lost_tenures():
     assert sample(metrics, "coordination_resignations_total", role=ROLE) is None
     stop = asyncio.create_task(a.stop())
     await cluster.until(stop.done, within=30)
+
+
+REASONS = ("fenced", "stopped", "stepped-down", "returned", "failed")
+
+
+def series_by_role(metrics: Metrics) -> Counter[str]:
+    """How many samples `render` exports with each ``role`` label (``_created``
+    samples included: a scraper stores each as a series of its own)."""
+    body, _ = metrics.render()
+    return Counter(s.labels["role"] for family in text_string_to_metric_families(body.decode())
+                   for s in family.samples if "role" in s.labels)
+
+
+ROLE_FIGURES = ("coordination_elections", "coordination_fences", "coordination_resignations",
+                "coordination_tenures_lost", "coordination_lease_write_seconds")
+"""The role figures but the held gauge: labelled by role in the per-role mode only."""
+
+
+def role_figure_series(metrics: Metrics) -> int:
+    """How many samples of the `ROLE_FIGURES` `render` exports."""
+    body, _ = metrics.render()
+    return sum(1 for family in text_string_to_metric_families(body.decode())
+               for s in family.samples if s.name.startswith(ROLE_FIGURES))
+
+
+def one_of_each(metrics: Metrics, role: str, reasons: tuple[str, ...] = ("fenced",)) -> None:
+    """Every role figure of `role` recorded: a tenure won, its lease written, a fence,
+    a resignation, and a tenure lost for each of `reasons`."""
+    for reason in reasons:
+        metrics.leading(role, True)
+        metrics.lease_written(role, 0.01)
+        metrics.fenced(role)
+        metrics.resigned(role)
+        metrics.lost(role, reason)
+
+
+def test_labelled_by_role_each_role_costs_24_series_and_up_to_32():
+    roles = [f"role-{i}" for i in range(20)]
+    m = Metrics()
+    m.stand_for(roles, per_role_limit=len(roles))
+    assert m.cardinality is Cardinality.PER_ROLE
+    assert set(series_by_role(m).values()) == {1}  # stood for: the held gauge only
+    for role in roles[:10]:
+        one_of_each(m, role)
+    for role in roles[10:]:
+        one_of_each(m, role, REASONS)
+    counts = series_by_role(m)
+    assert {counts[role] for role in roles[:10]} == {24}
+    assert {counts[role] for role in roles[10:]} == {32}
+
+
+def test_low_cardinality_costs_one_series_a_role_at_10_000_roles():
+    roles = [f"role-{i}" for i in range(10_000)]
+    m = Metrics()
+    m.stand_for(roles, per_role_limit=1000)
+    assert m.cardinality is Cardinality.LOW
+    for role in roles:
+        one_of_each(m, role, REASONS)
+    counts = series_by_role(m)
+    assert len(counts) == len(roles)
+    assert max(counts.values()) <= 3
+    assert set(counts.values()) == {1}  # coordination_roles_held
+    # The other role figures count every role together: 2 series for each counter
+    # and reason, 15 for the histogram, for 10 000 roles as for one.
+    assert role_figure_series(m) == 3 * 2 + len(REASONS) * 2 + 15
+    one = Metrics()
+    one.stand_for(["role-0"], per_role_limit=0)
+    one_of_each(one, "role-0", REASONS)
+    assert role_figure_series(one) == role_figure_series(m)
+
+
+def test_low_cardinality_keeps_every_role_figure_summed_over_the_roles():
+    m = Metrics()
+    m.stand_for(["a", "b", "c"], per_role_limit=2)
+    m.leading("a", True)
+    m.lease_written("a", 0.004)
+    m.leading("b", True)
+    m.lease_written("b", 0.3)
+    m.lease_written("b", 0.3)
+    m.fenced("a")
+    m.lost("a", "fenced")
+    m.resigned("b")
+    m.lost("b", "stopped")
+    m.leading("c", True)
+    assert [sample(m, "coordination_roles_held", role=r) for r in "abc"] == [0, 0, 1]
+    assert sample(m, "coordination_elections_total") == 3
+    assert sample(m, "coordination_fences_total") == 1
+    assert sample(m, "coordination_resignations_total") == 1
+    assert sample(m, "coordination_tenures_lost_total", reason="fenced") == 1
+    assert sample(m, "coordination_tenures_lost_total", reason="stopped") == 1
+    assert sample(m, "coordination_lease_write_seconds_bucket", le="0.005") == 1
+    assert sample(m, "coordination_lease_write_seconds_bucket", le="0.5") == 3
+    assert sample(m, "coordination_lease_write_seconds_count") == 3
+    assert sample(m, "coordination_elections_total", role="a") is None
+
+
+@pytest.mark.parametrize(("roles", "cardinality"), [
+    (0, Cardinality.PER_ROLE), (999, Cardinality.PER_ROLE), (1000, Cardinality.PER_ROLE),
+    (1001, Cardinality.LOW), (10_000, Cardinality.LOW)])
+def test_the_role_figures_turn_low_cardinality_above_the_per_role_limit(roles, cardinality):
+    assert Cardinality.for_roles(roles, 1000) is cardinality
+    m = Metrics()
+    m.stand_for([f"role-{i}" for i in range(roles)], per_role_limit=1000)
+    assert m.cardinality is cardinality
+
+
+def test_a_worker_stands_for_its_roles_once():
+    m = Metrics()
+    m.stand_for(["a"], per_role_limit=0)
+    with pytest.raises(InvalidStateError, match="chosen once"):
+        m.stand_for(["a", "b"], per_role_limit=0)
+    assert m.cardinality is Cardinality.LOW
+
+
+@pytest.mark.parametrize(("limit", "cardinality"), [(3, Cardinality.PER_ROLE),
+                                                     (2, Cardinality.LOW)])
+async def test_a_worker_chooses_the_cardinality_from_the_roles_it_stands_for(limit, cardinality):
+    broker = MemoryBroker()
+    broker.create_topic(STATE_TOPIC, 4)
+    settings = Settings(partitions=4, member_id="a", app_id="test-cardinality",
+                        metrics_per_role_limit=limit)
+
+    async def idle(_leadership: Leadership) -> None:
+        await asyncio.Event().wait()
+
+    installation = install(create_app(settings, store="memory://"), settings,
+                           transport_factory=lambda: MemoryTransport(broker))
+    for name in ("x", "y", "z"):
+        installation.role(name)(idle)
+    service = installation.service
+    service._assigned.set()  # the partition assignment a worker waits for first
+    await service._connect_and_run()
+    metrics = installation.context.metrics
+    try:
+        async def held() -> list[float | None]:
+            return [sample(metrics, "coordination_roles_held", role=r) for r in "xyz"]
+
+        await eventually(held, lambda values: values == [1, 1, 1], within=10)
+        assert metrics.cardinality is cardinality
+        per_role = cardinality is Cardinality.PER_ROLE
+        assert set(series_by_role(metrics).values()) == ({18} if per_role else {1})
+        assert (sample(metrics, "coordination_elections_total") is None) == per_role
+    finally:
+        await service.resign_all()

@@ -25,6 +25,7 @@ def test_the_defaults():
     assert settings.leadership_options.fencing == "epoch"
     assert settings.terms_topic == "__coordination_terms"
     assert settings.admission_limit == 0  # a worker takes its turn however busy it is
+    assert settings.metrics_per_role_limit == 1000
 
 
 def test_every_variable_is_read():
@@ -36,7 +37,7 @@ def test_every_variable_is_read():
         "COORDINATION_DATA_DIR": "/data", "COORDINATION_DEMO": "yes",
         "COORDINATION_PLACEMENT": "balanced", "COORDINATION_FENCING": "term",
         "COORDINATION_TERMS_TOPIC": "terms", "COORDINATION_ADMISSION_LIMIT": "2.5",
-        "COORDINATION_ADMISSION_RATE": "50",
+        "COORDINATION_ADMISSION_RATE": "50", "COORDINATION_METRICS_PER_ROLE_LIMIT": "20000",
     })
     assert settings.bootstrap_servers == "k:1"
     assert settings.partitions == 8
@@ -48,6 +49,7 @@ def test_every_variable_is_read():
     assert settings.leadership_options.fencing == "term"
     assert settings.terms_topic == "terms"
     assert (settings.admission_limit, settings.admission_rate) == (2.5, 50)
+    assert settings.metrics_per_role_limit == 20_000
 
 
 def test_the_member_id_follows_the_port_the_worker_serves_on():
@@ -68,6 +70,8 @@ def test_the_member_id_follows_the_port_the_worker_serves_on():
     ({"COORDINATION_ADMISSION_LIMIT": "1", "COORDINATION_ADMISSION_RATE": "-5"},
      "negative; 0 leaves the admission uncapped"),
     ({"COORDINATION_ADMISSION_RATE": "50"}, "set the limit too"),
+    ({"COORDINATION_METRICS_PER_ROLE_LIMIT": "-1"}, "negative; 0 labels only the held gauge"),
+    ({"COORDINATION_METRICS_PER_ROLE_LIMIT": "many"}, "not an integer"),
 ])
 def test_impossible_settings_fail_at_start_up(env, message):
     with pytest.raises(ValueError, match=message):
