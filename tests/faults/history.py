@@ -736,7 +736,9 @@ class TenureLife:
     Running time stops while the process is paused: a stopped process can
     neither renew nor end a tenure. `owner` names the runner that was told
     it leads (``"m1.2/billing"``), ``""`` when none was (the campaign that
-    took it failed). `began_ms`: its first record committed; `owner_ended_ms`:
+    took it failed, or the runner that got it was cancelled before it could
+    tell). `began_ms`: its first record committed; `handed_ms`: the campaign
+    returned it to its runner (None if it never did); `owner_ended_ms`:
     its runner's task ended (None while it ran on); `ended_ms`: the tenure
     ended (None if it had not when the history ended, at `history_end_ms`);
     `renewals_ms`: each later lease record of it committed.
@@ -752,22 +754,26 @@ class TenureLife:
     ended_ms: int | None
     history_end_ms: int
     renewals_ms: tuple[int, ...] = ()
+    handed_ms: int | None = None
 
 
 def check_tenure_owners(lives: Iterable[TenureLife], renew_ms: int) -> list[Violation]:
     """Tenures that lived, or renewed, more than `renew_ms` past their owner (``ownerless-tenure``).
 
-    An owned tenure's owner ends when its runner's task ends; a tenure no
-    runner was told of has no owner after its first lease.
+    An owned tenure's owner ends when its runner's task ends. A tenure no
+    runner was told of is owned by the campaign that took it until that
+    campaign returned it (a runner cancelled at that instant hands it back),
+    or, if it never did, until its first lease.
     """
     found = []
     for life in lives:
-        ended = life.began_ms if not life.owner else life.owner_ended_ms
+        unowned_from = life.began_ms if life.handed_ms is None else life.handed_ms
+        ended = unowned_from if not life.owner else life.owner_ended_ms
         if ended is None:
             continue
         whose = (f"{life.member}'s tenure {life.tenure} ({life.token}) of {life.role}")
         after = ("after its runner " + life.owner + " ended" if life.owner
-                 else "after its first lease, no runner told of it")
+                 else "after its campaign ended, no runner told of it")
         late = [at for at in life.renewals_ms if at > ended + renew_ms]
         if late:
             found.append(Violation("ownerless-tenure", f"{whose} committed {len(late)} "

@@ -99,6 +99,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import coordination.runner as runner_module
 from coordination import (
     TERMS_TOPIC,
     EpochLostError,
@@ -589,6 +590,9 @@ class Simulation:
         self.library = config.library
         self.library_rng = random.Random(f"{config.seed}:library-faults")
         self.owners: dict[tuple[str, object], tuple[_Process, LeaderRunner, Leadership]] = {}
+        self.handed: dict[tuple[str, object], int] = {}
+        """When a campaign returned each tenure to its runner, by (role, token),
+        in its process's running ms: the campaign owns a tenure until then."""
         """Each tenure a runner was told of, by role and token."""
         self.stories: dict[Leadership, list[Lease]] = {}
         """Each epoch tenure's leases as it was told of them: first, then renewals."""
@@ -626,8 +630,24 @@ class Simulation:
         """
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self._loop_error)
-        with _quiet_library_logs(self.library.any):
-            report = await self._run()
+        # The runners' campaigns are watched for the instant each returns a
+        # tenure: until then the campaign owns it, from then on the runner.
+        campaign = runner_module.acquire_leadership
+
+        async def watched(transport: object, role: str, member: str,
+                          **kwargs: object) -> Leadership:
+            leadership = await campaign(transport, role, member, **kwargs)  # type: ignore[arg-type]
+            process = self.processes.get(member)
+            if process is not None:
+                self.handed[(role, leadership.token)] = process.running_ms(self.clock.now_ms())
+            return leadership
+
+        runner_module.acquire_leadership = watched  # type: ignore[assignment]
+        try:
+            with _quiet_library_logs(self.library.any):
+                report = await self._run()
+        finally:
+            runner_module.acquire_leadership = campaign
         for process in self.every_process:  # drop the finished tasks and what they hold
             process.tasks.clear()
             process.leaderships.clear()
@@ -1343,14 +1363,16 @@ class Simulation:
     def _life(self, role: str, member: str, tenure: int, token: str, process: _Process,
               owned: tuple[_Process, LeaderRunner, Leadership] | None, began: int,
               renewals: list[int]) -> TenureLife:
+        handed = next((at for (r, t), at in self.handed.items()
+                       if r == role and str(t) == token), None)
         if owned is None:
             return TenureLife(role, member, tenure, token, "", began, None, None,
-                              process.ran_ms, tuple(renewals))
+                              process.ran_ms, tuple(renewals), handed)
         owner, runner, lead = owned
         gone = self.tenure_ended.get(lead)
         return TenureLife(role, member, tenure, token, f"{owner}/{role}", began,
                           self.runner_ended.get(runner), None if gone is None else gone[0],
-                          owner.ran_ms, tuple(renewals))
+                          owner.ran_ms, tuple(renewals), handed)
 
     def _check_histories(self) -> None:
         self._check_lifecycles()
