@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["bounded", "cancel_and_wait", "through_cancellation", "within"]
+__all__ = ["bounded", "cancel_and_wait", "retrieve_when_done", "through_cancellation",
+           "within"]
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
@@ -34,11 +35,22 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
     """
     for task in tasks:
         task.cancel()
+        # Also when the caller is cancelled first and stops waiting for it.
+        retrieve_when_done(task)
     if tasks:
         await asyncio.wait(tasks)
-    for task in tasks:
-        if not task.cancelled():
-            task.exception()  # retrieved, so asyncio does not log it as lost
+
+
+def retrieve_when_done(work: asyncio.Future[Any]) -> None:
+    """Mark `work`'s error as seen once it ends, so asyncio does not log it
+    as lost when nobody is left to wait for it; a caller that does wait
+    still gets it (`result()` raises as usual)."""
+    work.add_done_callback(_retrieve)
+
+
+def _retrieve(work: asyncio.Future[Any]) -> None:
+    if not work.cancelled():
+        work.exception()
 
 
 async def through_cancellation(work: asyncio.Future[T]) -> T:

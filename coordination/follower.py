@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from coordination import defaults
-from coordination.cancellation import cancel_and_wait
+from coordination.cancellation import cancel_and_wait, retrieve_when_done
 from coordination.clock import Clock
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold
@@ -64,6 +64,9 @@ class Tailing:
         assert self._tail is not None, "start() the tail first"
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._tail.next())
+            # A wait cancelled for good (its tenure or process gone) leaves
+            # the read to nobody: its error is then not a lost one.
+            retrieve_when_done(self._pending)
         waiters: list[asyncio.Future[Any]] = [self._pending]
         sleeper = None
         if sleep is not None:
