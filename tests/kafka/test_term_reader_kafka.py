@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient
 
 from coordination import FormatError, TermFilter
 from coordination.kafka import MarksTooLargeError, commit_marks, resume
@@ -131,17 +131,6 @@ async def test_a_reader_that_starts_at_the_end_is_seeded_and_drops_a_zombie(sett
     await second.resign()
 
 
-async def delete_below(setting: Setting, offsets: dict[TopicPartition, int]) -> None:
-    """Delete every record below `offsets` of the output, as retention would."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=setting.bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_records({tp: RecordsToDelete(offset)
-                                    for tp, offset in offsets.items()})
-    finally:
-        await admin.close()
-
-
 async def test_a_committed_offset_below_the_log_start_resumes_there_seeded(setting):
     group = f"retained-{uuid.uuid4().hex[:8]}"
     first = await setting.lead("a")
@@ -156,7 +145,7 @@ async def test_a_committed_offset_below_the_log_start_resumes_there_seeded(setti
     ends = await setting.ends()
     await setting.zombie_write(first.term, b"zombie")
     await setting.write(second, b"b-1")
-    await delete_below(setting, ends)
+    await setting.delete_below(ends)
     async with reader_of(setting, group) as restarted:
         assert await read_to_end(setting, restarted) == [b"b-1"]
         assert restarted.filter.dropped == {"stale": 1}
