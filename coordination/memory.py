@@ -673,6 +673,11 @@ class MemoryTransport:
         await _round_trip()
         return self.broker.partition_count(topic)
 
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the broker says of `topic` (``exists=False`` if it does not exist)."""
+        await _round_trip()
+        return self.broker.topic_facts(topic)
+
     async def write_output(
         self,
         topic: str,

@@ -23,6 +23,7 @@ from coordination.clock import Clock
 from coordination.evaluate import ordered_challengers
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions
+from coordination.output_policy import check_outputs
 from coordination.partition import role_partition
 from coordination.registration import deregister, register
 from coordination.term_election import evaluate_term
@@ -50,13 +51,15 @@ async def acquire_term_leadership(
 ) -> TermLeadership:
     """Register, wait, claim: return once this member won a term of `role`.
 
-    Both topics are checked first (`StateTopicError`). A cancellation or an
+    Both topics are checked first (`StateTopicError`), and the declared
+    outputs (`CompactedOutputError`). A cancellation or an
     error after the claim was appended resigns the term if the claim won, so
     no tenure is left that nobody holds. A closed `admission` holds the claim
     as it holds an epoch-mode challenge.
     """
     await transport.check_topic(options.partitions, None)
     await transport.check_terms_topic(options.partitions)
+    await check_outputs(transport, options)
     return await _TermCandidate(transport, role, member, options, clock, admission).run()
 
 

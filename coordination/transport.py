@@ -288,6 +288,13 @@ class OutputWriter(Protocol):
         """How many partitions `topic` has now (a missing topic is a `TransportError`)."""
         ...
 
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the cluster says of `topic` (its ``cleanup.policy`` above all).
+
+        A missing topic is facts with ``exists=False``, not an error.
+        """
+        ...
+
     async def write_output(
         self,
         topic: str,

@@ -434,6 +434,11 @@ class KafkaTransport:
         self._existing.add(topic)
         return count
 
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the cluster says of `topic` (DescribeConfigs; cached like the topic checks)."""
+        self._check_open()
+        return await self._checker.facts(topic)
+
     async def write_output(
         self,
         topic: str,

@@ -399,6 +399,9 @@ class FaultyTransport:
     async def output_partitions(self, topic: str) -> int:
         return await self._call("output_partitions", self.inner.output_partitions, topic)
 
+    async def output_facts(self, topic: str) -> TopicFacts:
+        return await self._call("output_facts", self.inner.output_facts, topic)
+
     async def write_output(self, topic: str, partition: int, key: bytes | None,
                            value: bytes | None, headers: list[tuple[str, bytes]]) -> int:
         return await self._call("write_output", self.inner.write_output, topic, partition, key,

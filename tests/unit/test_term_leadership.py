@@ -13,6 +13,7 @@ import pytest
 
 from coordination import (
     TERMS_TOPIC,
+    CompactedOutputError,
     FencedError,
     MemoryTransport,
     TermFilter,
@@ -25,6 +26,7 @@ from coordination import (
     encode_term_key,
     role_partition,
 )
+from coordination.output_policy import compacts
 from coordination.term_fold import build_term_view
 from coordination.term_records import TERM_HEADER, Claim
 from tests.support.sim import LEASE, STAGGER, Cluster, crash
@@ -144,6 +146,33 @@ async def test_simultaneous_claims_elect_exactly_the_first_in_offset_order():
     assert (view.term, view.holder) == (1, winner.member)
     for task in (a, b):
         task.cancel()
+
+
+async def test_a_compacted_output_is_refused_before_the_member_registers():
+    cluster = Cluster()
+    cluster.broker.create_topic("table", 1, compacted=True)
+    task = cluster.candidate("a", **{**TERM, "outputs": ("out", "table")})
+    await cluster.until(task.done, within=1)
+    with pytest.raises(CompactedOutputError, match=r"'table' has cleanup\.policy='compact'") as err:
+        task.result()
+    assert (err.value.topic, err.value.cleanup_policy) == ("table", "compact")
+    state = role_partition("billing", cluster.partitions)
+    assert cluster.broker.partition("__coordination_state", state).read_committed(0).records == []
+    assert terms_view(cluster).term == 0
+
+
+async def test_a_compacted_output_is_written_when_the_options_allow_it():
+    cluster = Cluster()
+    cluster.broker.create_topic("table", 1, compacted=True)
+    leader = await lead(cluster, "a", outputs=("table",), allow_compacted_outputs=True)
+    async with leader.transaction() as txn:
+        await txn.send("table", b"v", key=b"k")
+    assert [r.value for r in cluster.broker.records("table", 0)][-1] == b"v"
+
+
+def test_a_cleanup_policy_compacts_when_any_of_its_parts_is_compact():
+    assert [compacts(p) for p in ("compact", "compact,delete", "delete, compact")] == [True] * 3
+    assert [compacts(p) for p in ("delete", "", None)] == [False] * 3
 
 
 async def test_every_record_carries_the_term_after_a_barrier_on_every_partition():
