@@ -649,7 +649,7 @@ class MemoryTransport:
     # Term mode: the terms topic and the leader's outputs, written without
     # transactions.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write one record to the terms topic at `partition`; return its offset."""
         await _round_trip()
         return self.broker.produce(self.terms_topic, partition, key, value, self.clock.now_ms())

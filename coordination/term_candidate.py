@@ -9,7 +9,8 @@ its claim is the first of its term in offset order
 (docs/term-mode.md#the-election-rule). No transactional producer is created
 and no InitProducerId names the role (the plain idempotent producer's own,
 with a null transactional id, mints no role's epoch): the offset order is
-the referee.
+the referee. The winner tombstones the claims its win settled
+(`coordination.term_compaction`), so the terms topic stays bounded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from coordination.options import LeadershipOptions
 from coordination.output_policy import check_outputs
 from coordination.partition import role_partition
 from coordination.registration import deregister, register
+from coordination.term_compaction import settle_claims
 from coordination.term_election import evaluate_term
 from coordination.term_follower import TermFollower
 from coordination.term_records import (
@@ -168,6 +170,7 @@ class _TermCandidate:
                          term, winner.member if winner is not None else "a higher term")
                 return None
             await self._deregister(passed)
+            await settle_claims(self.transport, self.partition, self.terms.view, term)
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 # As in epoch mode: a cancellation requested while this task ran

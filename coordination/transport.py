@@ -249,8 +249,12 @@ class TermLog(Protocol):
     settled by the offset order of the role's partition alone.
     """
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
-        """Write one term record at `partition`; return its offset once acknowledged."""
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Write one term record at `partition`; return its offset once acknowledged.
+
+        A None value is a tombstone: only of a settled claim
+        (`coordination.term_compaction`).
+        """
         ...
 
     async def read_terms(self, partition: int) -> PartitionRead:

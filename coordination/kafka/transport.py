@@ -387,7 +387,7 @@ class KafkaTransport:
 
     # TermLog: the state topic's reads, check and plain producer, on the terms topic.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write one term record through the plain idempotent producer; return its offset."""
         self._check_open()
         await self._require(self.terms_topic, "terms topic")

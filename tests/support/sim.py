@@ -383,7 +383,7 @@ class FaultyTransport:
     # Term mode: the terms topic and the leader's outputs, through the same
     # pauses, delays and death as every other call.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         return await self._call("append_term", self.inner.append_term, partition, key, value)
 
     async def read_terms(self, partition: int) -> PartitionRead:

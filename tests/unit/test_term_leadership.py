@@ -22,13 +22,14 @@ from coordination import (
     UndeclaredTopicError,
     claim_key,
     decode_term_header,
+    decode_term_key,
     encode_claim,
     encode_term_key,
     role_partition,
 )
 from coordination.output_policy import compacts
 from coordination.term_fold import build_term_view
-from coordination.term_records import TERM_HEADER, Claim
+from coordination.term_records import TERM_HEADER, Claim, TermKind
 from tests.support.sim import LEASE, STAGGER, Cluster, crash
 
 TERM = {"fencing": "term", "outputs": ("out",)}
@@ -262,9 +263,26 @@ class ClaimsThenSignals(MemoryTransport):
         super().__init__(broker)
         self.appended = asyncio.Event()
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         offset = await super().append_term(partition, key, value)
         self.appended.set()
         return offset
 
 
+
+
+async def test_after_compaction_a_role_that_changed_hands_keeps_one_claim_and_its_heartbeat():
+    cluster = Cluster()
+    for n in range(6):
+        leader = await lead(cluster, "ab"[n % 2])
+        await leader.resign()
+    partition = role_partition("billing", cluster.partitions)
+    log = cluster.broker.partition(TERMS_TOPIC, partition)
+    cluster.broker.compact(TERMS_TOPIC)
+    keys = [decode_term_key(r.key) for r in log.read_committed(0).records]
+    assert [(k.kind, k.member, k.term) for k in keys] == [
+        (TermKind.CLAIM, "b", 6), (TermKind.HEARTBEAT, "", 0)]
+    view = terms_view(cluster)
+    assert (view.term, view.holder, view.resigned) == (6, "b", True)
+    # Terms never restart: the next claim reads term 6 and claims 7.
+    assert (await lead(cluster, "a")).token == TermToken(7)
