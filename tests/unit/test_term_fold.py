@@ -349,10 +349,14 @@ def cleaned(records: list[Record], removed: set[int] | None = None) -> list[Reco
 @given(settled_races(), st.sets(st.integers(0, 120)))
 def test_compaction_of_settled_claims_keeps_the_highest_term_and_its_holder(records, removed):
     full = build_term_view("r", records)
-    for kept in (cleaned(records), cleaned(records, removed)):
-        view = build_term_view("r", kept)
-        assert (view.term, view.holder) == (full.term, full.holder)
-        assert view.errors == []
+    compacted_view = build_term_view("r", cleaned(records))
+    assert (compacted_view.term, compacted_view.holder) == (full.term, full.holder)
+    assert compacted_view.errors == []
+    # Half done, as a reader whose read overlaps the cleaner sees it: a claim
+    # below the highest term may seem to win, but the highest term and its
+    # holder are the same.
+    partly = build_term_view("r", cleaned(records, removed))
+    assert (partly.term, partly.holder) == (full.term, full.holder)
 
 
 @given(settled_races())
