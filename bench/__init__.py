@@ -14,8 +14,9 @@ Modules: `cli` (entry point), `context` (shared run state and workers),
 `figures` (codec, authority-check, graceful-handover, crash-failover and
 deadline-overshoot, zombie-writes, zombie-in-flight), `scale` + `scale_worker` (roles-scale,
 roles-scale-group), `limits` (the open-file limit and what else can stop a scale run),
-`fold` (fold-throughput), `worker_figures` + `app_worker` + `static_web` (the whole
-Faust worker: worker-fold, worker-recovery, event-latency, webview-latency),
+`fold` (fold-throughput), `term_authority` (term-authority-check),
+`worker_figures` + `app_worker` + `static_web` (the whole Faust worker:
+worker-fold, worker-recovery, event-latency, webview-latency),
 `worker` (one candidate process of any system), `authority_client` (one
 system's authority checks, from a process of its own),
 `peers` (the etcd and ZooKeeper election recipes), `services` (the servers),

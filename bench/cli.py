@@ -40,18 +40,19 @@ WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-la
 # Figures in the issue's priority order; `all` runs them in this order.
 # The scale figures run last: at their largest N they may exhaust the broker's resources.
 FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
-           "zombie-in-flight", "fold-throughput", *WORKER_FIGURES, "roles-scale",
-           "roles-scale-group")
+           "zombie-in-flight", "fold-throughput", "term-authority-check", *WORKER_FIGURES,
+           "roles-scale", "roles-scale-group")
 # The election figures that run krabka once per fencing mode (--fencing).
 BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
 SCALE = {"roles-scale", "roles-scale-group"}
-NEEDS_KAFKA = {"authority-check", "fold-throughput", *WORKER_FIGURES, *SCALE, *BY_FENCING}
+NEEDS_KAFKA = {"authority-check", "fold-throughput", "term-authority-check", *WORKER_FIGURES,
+               *SCALE, *BY_FENCING}
 WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
 def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
-    from bench import figures, fold, scale, worker_figures
+    from bench import figures, fold, scale, term_authority, worker_figures
 
     return {
         "codec": figures.codec,
@@ -63,6 +64,7 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "roles-scale": scale.roles_scale,
         "roles-scale-group": scale.roles_scale_group,
         "fold-throughput": fold.fold_throughput,
+        "term-authority-check": term_authority.term_authority_check,
         "worker-fold": worker_figures.worker_fold,
         "worker-recovery": worker_figures.worker_recovery,
         "event-latency": worker_figures.event_latency,
@@ -141,6 +143,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-intervals", default=None,
                    help="comma-separated commit intervals (s) of event-latency "
                         "(default 0.1,0.2,1.0; --quick 0.2,1.0)")
+    p.add_argument("--term-roles", default=None,
+                   help="comma-separated role counts of term-authority-check "
+                        "(default 10,1000,10000; --quick 10,1000)")
+    p.add_argument("--term-claims", type=int, default=None,
+                   help="claims of one role in term-authority-check (default 100000; "
+                        "--quick 10000)")
     p.add_argument("--plots", type=Path, nargs="?", const=DOCS_FOLDER, default=None,
                    help="write PNG plots into this folder, replacing the plots of an earlier "
                         f"run there (alone: {DOCS_FOLDER}/, the plots docs/benchmarks.md shows)")
@@ -211,6 +219,11 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
             max(bench.scale_roles) if "roles-scale" in wanted else 0,
             bench.group_roles if "roles-scale-group" in wanted else 0))
         print(f"bench: open-file limit {bench.file_limit}", flush=True)
+    bench.term_roles = ([int(n) for n in args.term_roles.split(",")] if args.term_roles
+                        else [10, 1000] if args.quick else [10, 1000, 10000])
+    bench.term_claims = args.term_claims or (10_000 if args.quick else 100_000)
+    if min(bench.term_roles) < 1 or bench.term_claims < 2:
+        raise SystemExit("--term-roles must be at least 1 and --term-claims at least 2")
     bench.worker_records = args.worker_records
     bench.recovery_roles = args.recovery_roles
     bench.commit_intervals = ([float(x) for x in args.commit_intervals.split(",")]

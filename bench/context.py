@@ -83,6 +83,8 @@ class Bench:
     worker_records: int | None = None
     """worker-fold's state records (None: the figure's default for --quick or not)."""
     recovery_roles: int | None = None
+    term_roles: list[int] = field(default_factory=lambda: [10, 1000, 10000])
+    term_claims: int = 100_000
     commit_intervals: list[float] | None = None
 
     def __post_init__(self) -> None:
@@ -151,20 +153,22 @@ class Bench:
     # Topics.
 
     async def create_topic(self, name: str, partitions: int, *, compact: bool = False,
-                           log_append_time: bool = False) -> None:
+                           log_append_time: bool = False,
+                           configs: dict[str, str] | None = None) -> None:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError
 
-        configs: dict[str, str] = {}
+        wanted: dict[str, str] = {}
         if compact:
-            configs.update({"cleanup.policy": "compact", "segment.ms": "600000"})
+            wanted.update({"cleanup.policy": "compact", "segment.ms": "600000"})
         if log_append_time:
-            configs["message.timestamp.type"] = "LogAppendTime"
+            wanted["message.timestamp.type"] = "LogAppendTime"
+        wanted.update(configs or {})
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         try:
             with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+                await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=wanted)])
         finally:
             await admin.close()
 

@@ -63,6 +63,7 @@ from coordination.defaults import STATE_TOPIC, TERMS_TOPIC
 from coordination.describe import describe_leadership, describe_role_state, describe_roles
 from coordination.epoch_tenure import EpochLeadership
 from coordination.errors import (
+    CompactedOutputError,
     ConfigurationError,
     CoordinationError,
     EpochLostError,
@@ -166,6 +167,7 @@ __all__ = [
     "Change",
     "Claim",
     "Clock",
+    "CompactedOutputError",
     "ConfigurationError",
     "CoordinationError",
     "Coordinator",

@@ -60,6 +60,7 @@ async def acquire_leadership(
     placement: Placement | None = None,
     fencing: Fencing | None = None,
     outputs: Iterable[str] | None = None,
+    allow_compacted_outputs: bool | None = None,
     clock: Clock | None = None,
     admission: Admission | None = None,
 ) -> Leadership:
@@ -73,7 +74,9 @@ async def acquire_leadership(
     from the separate keywords (defaults: `LeadershipOptions`); every member
     of a role must use the same `placement` and `fencing`. Raises
     `ValueError` before any I/O for a bad name or option, and
-    `StateTopicError` for a state or terms topic the protocol cannot run on.
+    `StateTopicError` for a state or terms topic the protocol cannot run on;
+    in term mode `CompactedOutputError` for a compacted declared output,
+    unless `allow_compacted_outputs`.
 
     With an `admission` (`coordination.admission`), a turn that has come
     waits while the admission is closed: the process is too busy to take
@@ -87,7 +90,8 @@ async def acquire_leadership(
     check_name("role", role)
     check_name("member", member)
     options = resolve_options(options, partitions, lease_duration, renew_interval,
-                              challenge_stagger, placement, fencing, outputs)
+                              challenge_stagger, placement, fencing, outputs,
+                              allow_compacted_outputs)
     if options.fencing == "term":
         return await acquire_term_leadership(transport, role, member, options,
                                              clock or SystemClock(), admission)

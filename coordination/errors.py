@@ -5,10 +5,11 @@ failure of the network or the cluster that may pass (an unreachable broker,
 a request that timed out), and the core retries it until the fence deadline.
 The other errors are outcomes (`FencedError`, `EpochLostError`,
 `OutcomeUnknownError`), configuration the protocol cannot run on
-(`StateTopicError`), settings that cannot work together
-(`ConfigurationError`), bad bytes (`FormatError`), a call the lifecycle does
-not allow (`InvalidStateError`) or a principal without an ACL it needs
-(`coordination.kafka.AccessDeniedError`). Anything a transport raises that is not a
+(`StateTopicError`, and in term mode `CompactedOutputError`), settings
+that cannot work together (`ConfigurationError`), bad bytes (`FormatError`),
+a call the lifecycle does not allow (`InvalidStateError`) or a principal
+without an ACL it needs (`coordination.kafka.AccessDeniedError`). Anything a
+transport raises that is not a
 `CoordinationError` (a `TypeError`, an `AttributeError`) is a bug and is
 never retried: a tenure that meets one ends at once with it in `err`.
 A bad argument noticed before any I/O is a `ValueError`.
@@ -17,6 +18,7 @@ A bad argument noticed before any I/O is a `ValueError`.
 from __future__ import annotations
 
 __all__ = [
+    "CompactedOutputError",
     "ConfigurationError",
     "CoordinationError",
     "EpochLostError",
@@ -144,6 +146,29 @@ class UndeclaredTopicError(CoordinationError, ValueError):
     (`LeadershipOptions.outputs`) only, so a record elsewhere could never be
     fenced: it is refused before anything is written.
     """
+
+
+class CompactedOutputError(CoordinationError):
+    """A term-mode leader declared an output topic whose cleanup policy compacts.
+
+    The cleaner keeps the latest record of each key whatever its term: a
+    deposed leader's write after the new leader's write of the same key,
+    which every `TermFilter` drops, is the one compaction keeps, and a zombie
+    tombstone removes the key (docs/term-mode.md#compacted-output-topics).
+    Refused before the member registers, unless the options say
+    ``allow_compacted_outputs=True``. `topic` names the topic and
+    `cleanup_policy` its setting.
+    """
+
+    def __init__(self, topic: str, cleanup_policy: str) -> None:
+        super().__init__(
+            f"the output topic {topic!r} has cleanup.policy={cleanup_policy!r}: compaction "
+            "keeps the latest record of each key whatever its term, so a deposed leader's "
+            "record (which every TermFilter drops) can replace the current leader's; use a "
+            "topic with cleanup.policy=delete, or pass allow_compacted_outputs=True after "
+            "reading docs/term-mode.md#compacted-output-topics")
+        self.topic = topic
+        self.cleanup_policy = cleanup_policy
 
 
 class UntestedVersionError(CoordinationError, ImportError):

@@ -652,7 +652,7 @@ class MemoryTransport:
     # Term mode: the terms topic and the leader's outputs, written without
     # transactions.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write one record to the terms topic at `partition`; return its offset."""
         await _round_trip()
         return self.broker.produce(self.terms_topic, partition, key, value, self.clock.now_ms())
@@ -678,6 +678,11 @@ class MemoryTransport:
         """How many partitions `topic` has; a missing topic is a `TransportError`."""
         await _round_trip()
         return self.broker.partition_count(topic)
+
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the broker says of `topic` (``exists=False`` if it does not exist)."""
+        await _round_trip()
+        return self.broker.topic_facts(topic)
 
     async def write_output(
         self,

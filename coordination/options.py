@@ -61,6 +61,12 @@ class LeadershipOptions:
     in line reads their metadata while it waits, so the first guarded write
     after a takeover does not wait for a Metadata request, and writing to
     another topic still works.
+
+    `allow_compacted_outputs`: in term mode a declared output whose
+    ``cleanup.policy`` compacts is refused (`CompactedOutputError`), because
+    the cleaner can keep a deposed leader's record of a key in place of the
+    current leader's (docs/term-mode.md#compacted-output-topics); True
+    accepts that. Epoch mode ignores it: there the broker fences the writes.
     """
 
     partitions: int = defaults.PARTITIONS
@@ -70,6 +76,7 @@ class LeadershipOptions:
     placement: Placement = defaults.PLACEMENT
     fencing: Fencing = defaults.FENCING
     outputs: tuple[str, ...] = ()
+    allow_compacted_outputs: bool = False
 
     def __post_init__(self) -> None:
         check_placement(self.placement)
@@ -147,12 +154,14 @@ def resolve_options(
     placement: str | None = None,
     fencing: str | None = None,
     outputs: Iterable[str] | None = None,
+    allow_compacted_outputs: bool | None = None,
 ) -> LeadershipOptions:
     """`options`, or one built from the separate keywords (the defaults for those not given)."""
     given = {name: value for name, value in (
         ("partitions", partitions), ("lease_duration", lease_duration),
         ("renew_interval", renew_interval), ("challenge_stagger", challenge_stagger),
         ("placement", placement), ("fencing", fencing), ("outputs", outputs),
+        ("allow_compacted_outputs", allow_compacted_outputs),
     ) if value is not None}
     if options is not None:
         if given:

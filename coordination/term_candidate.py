@@ -9,7 +9,8 @@ its claim is the first of its term in offset order
 (docs/term-mode.md#the-election-rule). No transactional producer is created
 and no InitProducerId names the role (the plain idempotent producer's own,
 with a null transactional id, mints no role's epoch): the offset order is
-the referee.
+the referee. The winner tombstones the claims its win settled
+(`coordination.term_compaction`), so the terms topic stays bounded.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from coordination.clock import Clock
 from coordination.evaluate import ordered_challengers
 from coordination.follower import PartitionFollower
 from coordination.options import LeadershipOptions
+from coordination.output_policy import check_outputs
 from coordination.partition import role_partition
 from coordination.registration import deregister, register
+from coordination.term_compaction import settle_claims
 from coordination.term_election import evaluate_term
 from coordination.term_follower import TermFollower
 from coordination.term_records import (
@@ -50,13 +53,15 @@ async def acquire_term_leadership(
 ) -> TermLeadership:
     """Register, wait, claim: return once this member won a term of `role`.
 
-    Both topics are checked first (`StateTopicError`). A cancellation or an
+    Both topics are checked first (`StateTopicError`), and the declared
+    outputs (`CompactedOutputError`). A cancellation or an
     error after the claim was appended resigns the term if the claim won, so
     no tenure is left that nobody holds. A closed `admission` holds the claim
     as it holds an epoch-mode challenge.
     """
     await transport.check_topic(options.partitions, None)
     await transport.check_terms_topic(options.partitions)
+    await check_outputs(transport, options)
     return await _TermCandidate(transport, role, member, options, clock, admission).run()
 
 
@@ -176,6 +181,7 @@ class _TermCandidate:
                          term, winner.member if winner is not None else "a higher term")
                 return None
             await self._deregister(passed)
+            await settle_claims(self.transport, self.partition, self.terms.view, term)
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 # As in epoch mode: a cancellation requested while this task ran

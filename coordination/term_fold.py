@@ -10,17 +10,26 @@ Term mode's referee is the offset order of one partition (docs/term-mode.md#the-
   never claimed while that term is 0.
 - A heartbeat counts when it comes from the holder, for the holder's term; a
   resign is such a heartbeat marked ``resigned``, and it is final for the
-  term. A heartbeat of an earlier term is a deposed leader's and is ignored.
+  term. A heartbeat of an earlier term is a deposed leader's and is ignored;
+  so is one of a term above every claim read (its claim was settled and
+  compacted away, and a later term's claim follows it).
+
+- A tombstone of a claim is a **settled claim's**: the winner of a later
+  term deleted it (`coordination.term_compaction`). It changes no verdict;
+  the view forgets the claim (`TermView.claims`). A tombstone of a heartbeat
+  or barrier key is an error.
 
 The fold is pure and reads no clock; each member that folds the same records
 in the same order gets the same view, and the verdict a claimant reads at
 its own claim's offset is the one every later reader reaches, because
-records after a claim never change who won its term. Compaction keeps every
-claim (each has its own key) and the latest heartbeat, so a member folding
-the compacted partition agrees on the highest term and its holder, provided
-writers keep the one rule the fold cannot check: a member claims a term at
-most once (a second claim would share the first one's key, and compaction
-could keep only the later, which may follow another member's claim).
+records after a claim never change who won its term. Compaction removes
+only settled claims and keeps the latest heartbeat; the winning claim of the
+highest term is never settled, so a member folding the compacted partition
+(or one the cleaner is compacting as it reads) agrees on the highest term
+and its holder (docs/term-mode.md#a-bounded-terms-topic), provided writers
+keep the one rule the fold cannot check: a member claims a term at most
+once (a second claim would share the first one's key, and compaction could
+keep only the later, which may follow another member's claim).
 `coordination.term_follower` keeps one current for a candidate and a leader.
 
 `TermFold.apply` reports what a record changed (`TermElected`, `TermResigned`),
@@ -76,7 +85,9 @@ class TermView:
     heartbeat of `term`; `sign_offset` is the offset of the latest sign of
     life of `term` (its winning claim or a heartbeat), from which a follower
     runs its election timeout, and `sign_timestamp` that record's Kafka
-    timestamp; `errors` has one ``(offset, reason)`` per record skipped.
+    timestamp; `claims` maps (claimant, term) to the offset of every claim
+    read and not tombstoned, won or lost (what a winner may settle);
+    `errors` has one ``(offset, reason)`` per record skipped.
     """
 
     role: str
@@ -86,6 +97,7 @@ class TermView:
     heartbeat_offset: int | None = None
     sign_offset: int | None = None
     sign_timestamp: int | None = None
+    claims: dict[tuple[str, int], int] = field(default_factory=dict)
     errors: list[tuple[int, str]] = field(default_factory=list)
 
     @property
@@ -158,9 +170,7 @@ class TermFold:
         if key.role != view.role:
             return None
         if not record.value:
-            # Writers never delete a term record: a tombstone would let compaction
-            # remove a claim, and with it the role's highest term.
-            view.errors.append((record.offset, "a tombstone on the terms topic"))
+            self._tombstone(record, key.kind, key.member, key.term)
             return None
         try:
             if key.kind is TermKind.CLAIM:
@@ -172,6 +182,20 @@ class TermFold:
             view.errors.append((record.offset, str(exc)))
         return None
 
+    def _tombstone(self, record: Record, kind: int, member: str, term: int) -> None:
+        """A claim's tombstone forgets the claim; any other tombstone is an error.
+
+        Writers tombstone only settled claims (below a term won before the
+        tombstone), and the fold does not judge that: a reader whose read
+        overlaps the cleaner may meet a tombstone after the later winning
+        claim that justified it was removed, or with its own claim already
+        gone, and the verdicts do not depend on it either way.
+        """
+        if kind is TermKind.CLAIM:
+            self.view.claims.pop((member, term), None)
+            return
+        self.view.errors.append((record.offset, "a tombstone of a heartbeat or barrier key"))
+
     def _claim(self, record: Record, value: bytes, member: str,
                term: int) -> TermElected | None:
         claim = decode_claim(value)
@@ -181,6 +205,7 @@ class TermFold:
                 f"claim value names {claim.member!r} for term {claim.term},"
                 f" its key {member!r} for term {term}")))
             return None
+        view.claims[(member, term)] = record.offset
         if term <= view.term:
             return None  # loses: its term, or a higher one, was claimed first
         previous, previous_resigned = view.winners.get(view.term), view.resigned
@@ -198,7 +223,11 @@ class TermFold:
         view = self.view
         if heartbeat.term < view.term:
             return None  # a deposed leader's: its term is over
-        if heartbeat.term > view.term or heartbeat.member != view.holder:
+        if heartbeat.term > view.term:
+            # Ahead of every claim read: its winning claim was settled by a later
+            # winner and compacted away, while the heartbeat key kept this record.
+            return None
+        if heartbeat.member != view.holder:
             view.errors.append((record.offset, (
                 f"heartbeat from {heartbeat.member!r} for term {heartbeat.term},"
                 " which it did not win")))

@@ -249,8 +249,12 @@ class TermLog(Protocol):
     settled by the offset order of the role's partition alone.
     """
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
-        """Write one term record at `partition`; return its offset once acknowledged."""
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Write one term record at `partition`; return its offset once acknowledged.
+
+        A None value is a tombstone: only of a settled claim
+        (`coordination.term_compaction`).
+        """
         ...
 
     async def read_terms(self, partition: int) -> PartitionRead:
@@ -292,6 +296,13 @@ class OutputWriter(Protocol):
 
     async def output_partitions(self, topic: str) -> int:
         """How many partitions `topic` has now (a missing topic is a `TransportError`)."""
+        ...
+
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the cluster says of `topic` (its ``cleanup.policy`` above all).
+
+        A missing topic is facts with ``exists=False``, not an error.
+        """
         ...
 
     async def write_output(

@@ -5,8 +5,10 @@
 
 Creates ``__coordination_state`` (compacted, short ``segment.ms`` so the
 cleaner can compact it), term mode's ``__coordination_terms`` (compacted
-likewise: every claim keeps its own key, so compaction never removes one and
-terms never restart), and ``coordination-leadership-changes``, all with the
+likewise: each winner tombstones the claims its win settled, so the cleaner
+keeps a role's latest winning claim and terms never restart; a reader that
+misses one of those tombstones loses nothing, so they are kept 10 minutes,
+not a day), and ``coordination-leadership-changes``, all with the
 same partition count (a role's records are in the same partition of each;
 the fold publishes each role's events to its own partition, and Faust
 requires co-partitioned topics to have equal counts). The terms topic is
@@ -75,6 +77,9 @@ class TopicMismatch(Exception):
     """An existing topic the worker group cannot run on."""
 
 
+TERMS_DELETE_RETENTION_MS = 600_000
+
+
 def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
           state_topic: str = STATE_TOPIC, terms_topic: str = TERMS_TOPIC,
           events_topic: str = EVENTS_TOPIC, demo_topic: str = DEMO_TOPIC) -> list[TopicSpec]:
@@ -83,9 +88,12 @@ def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
     compacted = {"cleanup.policy": "compact", "segment.ms": str(segment_ms),
                  # Tombstones must outlive a lagging reader's catch-up.
                  "delete.retention.ms": "86400000", **durable}
+    # A settled claim's tombstone decides nothing: a reader that missed it
+    # keeps a claim that no verdict depends on.
+    terms = {**compacted, "delete.retention.ms": str(TERMS_DELETE_RETENTION_MS)}
     wanted = [
         TopicSpec(state_topic, partitions, replication, compacted, must_compact=True),
-        TopicSpec(terms_topic, partitions, replication, compacted, must_compact=True),
+        TopicSpec(terms_topic, partitions, replication, terms, must_compact=True),
         TopicSpec(events_topic, partitions, replication, {**durable}),
     ]
     if demo:

@@ -193,7 +193,7 @@ def fold_terms(
         return value, []
     view = (TermView(key.role) if value.terms is None else
             replace(value.terms, winners=dict(value.terms.winners),
-                    errors=list(value.terms.errors)))
+                    claims=dict(value.terms.claims), errors=list(value.terms.errors)))
     new = replace(value, terms=view, terms_offset=record.offset)
     events = _term_lapse(new, record.timestamp, timeout_ms)
     sign = view.sign_offset

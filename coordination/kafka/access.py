@@ -130,7 +130,9 @@ def member_acls(topic: str, roles: Iterable[str], *, role_prefix: str | None = N
     With ``fencing="term"`` the roles need no TransactionalId ACL (claims
     and heartbeats go to `terms_topic` through a plain idempotent producer,
     docs/term-mode.md): the terms topic's Read, Write and DescribeConfigs
-    take their place, and `role_prefix` is not asked for.
+    take their place, and `role_prefix` is not asked for; each guarded
+    topic (a declared output) needs DescribeConfigs as well as Write, for
+    the check that refuses a compacted output.
     """
     acls = [Acl("Topic", topic, op) for op in ("Read", "Write", "DescribeConfigs")]
     if check_fencing(fencing) == "term":
@@ -139,7 +141,8 @@ def member_acls(topic: str, roles: Iterable[str], *, role_prefix: str | None = N
         if role_prefix is not None:
             acls.append(Acl("TransactionalId", role_prefix, "Write", prefixed=True))
         acls += [Acl("TransactionalId", role, "Write") for role in sorted(set(roles))]
-    acls += [Acl("Topic", name, "Write") for name in guarded_topics]
+    writes = ("Write", "DescribeConfigs") if fencing == "term" else ("Write",)
+    acls += [Acl("Topic", name, op) for name in guarded_topics for op in writes]
     acls.append(Acl("Cluster", CLUSTER, "DescribeConfigs"))
     return acls
 

@@ -21,6 +21,10 @@ exactly where the offset does, with no second store to keep in step.
   without marks (committed by a reader that did not save them) resumes
   there, seeded the same way, because a reader mid-log with no marks cannot
   tell a zombie's record from a current one and the filter fails closed.
+  A committed offset below the partition's log start (retention or
+  DeleteRecords removed the records after it) resumes at the log start,
+  with its saved marks if any and seeded too: a barrier of a newer term may
+  have been among the removed records, and without it the marks are stale.
   The committed metadata is read with the public
   ``AIOKafkaAdminClient.list_consumer_group_offsets`` (the consumer's own
   ``committed()`` returns the offset only).
@@ -63,10 +67,12 @@ T = TypeVar("T")
 RETRY_BACKOFF_S: Final = 0.1
 """The first pause before asking the group coordinator again; it doubles up to 1 s."""
 
-StartKind = Literal["restored", "end", "seeded"]
+StartKind = Literal["restored", "end", "seeded", "truncated"]
 """restored: the committed offset, with its saved marks; end: no committed
 offset, so the partition's end, seeded; seeded: a committed offset without
-saved marks, resumed there and seeded (the filter fails closed)."""
+saved marks, resumed there and seeded (the filter fails closed); truncated: a
+committed offset below the partition's log start, resumed at the log start
+with its saved marks (if any) and seeded (the filter fails closed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +143,14 @@ async def resume(
     ``AIOKafkaAdminClient`` of the same cluster. `terms` reads the leaders'
     terms topic (`KafkaTransport.terms_topic`), whose partition count is
     the state topic's (every leader checks that). `roles`: the roles whose terms
-    seed a partition without saved marks (None: every role of the terms
-    topic; naming the writers of the topic keeps the saved marks small).
-    Every position is fixed before the terms topic is read, so a barrier
-    below a start position always has its claim in what the seed reads.
+    seed a partition without saved marks or whose committed offset is below
+    its log start (None: every role of the terms topic; naming the writers
+    of the topic keeps the saved marks small). Every position is fixed
+    before the terms topic is read, so a barrier below a start position
+    always has its claim in what the seed reads. Give `consumer`
+    ``auto_offset_reset="earliest"``: a log start that passes a position
+    later then moves the reader to the new start, whose removed barriers the
+    seed covers, rather than past records nobody judged.
     The committed offsets are asked for again while the group coordinator
     answers with a retriable error (a cluster's first group waits for
     ``__consumer_offsets`` to be created), for up to `coordinator_wait` seconds.
@@ -150,15 +160,30 @@ async def resume(
         lambda: admin.list_consumer_group_offsets(group_id, partitions=wanted),
         f"reading the committed offsets of group {group_id!r}", coordinator_wait)
     kinds: dict[TopicPartition, StartKind] = {}
+    resuming = [tp for tp in wanted
+                if (saved := committed.get(tp)) is not None and saved.offset >= 0]
+    # Fetched after the committed offsets: a log start that moves on later
+    # only removes records the seed, read after every position, covers.
+    starts: dict[TopicPartition, int] = (
+        await _kafka(consumer.beginning_offsets(resuming),
+                     f"reading the log start of {len(resuming)} partitions")
+        if resuming else {})
     for tp in wanted:
         saved = committed.get(tp)
         if saved is None or saved.offset < 0:
             kinds[tp] = "end"
             await _kafka(consumer.seek_to_end(tp), f"seeking {tp.topic} to its end")
             continue
-        consumer.seek(tp, saved.offset)
+        if saved.offset < starts[tp]:
+            # The records from the committed offset to the log start are gone, and
+            # with them perhaps a newer term's barrier: resume at the log start
+            # (not wherever the consumer's reset policy would go) and seed.
+            kinds[tp] = "truncated"
+            consumer.seek(tp, starts[tp])
+        else:
+            consumer.seek(tp, saved.offset)
+            kinds[tp] = "restored" if saved.metadata else "seeded"
         if not saved.metadata:
-            kinds[tp] = "seeded"
             continue
         try:
             term_filter.restore_text(tp.topic, tp.partition, saved.metadata)
@@ -166,7 +191,6 @@ async def resume(
             raise FormatError("term marks", (
                 f"group {group_id!r} committed metadata for {tp.topic} partition "
                 f"{tp.partition} that is not a TermFilter's saved marks: {exc.reason}")) from exc
-        kinds[tp] = "restored"
     resumed = {tp: Resumed(await _kafka(consumer.position(tp), f"positioning on {tp.topic}"),
                            kinds[tp]) for tp in wanted}
     unseeded = [tp for tp in wanted if kinds[tp] != "restored"]

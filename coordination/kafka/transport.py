@@ -388,7 +388,7 @@ class KafkaTransport:
 
     # TermLog: the state topic's reads, check and plain producer, on the terms topic.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         """Write one term record through the plain idempotent producer; return its offset."""
         self._check_open()
         await self._require(self.terms_topic, "terms topic")
@@ -437,6 +437,11 @@ class KafkaTransport:
                 "create an output topic before a leader declares it")
         self._existing.add(topic)
         return count
+
+    async def output_facts(self, topic: str) -> TopicFacts:
+        """What the cluster says of `topic` (DescribeConfigs; cached like the topic checks)."""
+        self._check_open()
+        return await self._checker.facts(topic)
 
     async def write_output(
         self,

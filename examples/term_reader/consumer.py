@@ -54,8 +54,11 @@ class FencedReader:
         self.filter = TermFilter(fenced_topics=[topic])
         self.started: dict[TopicPartition, Resumed] = {}
         self._terms = KafkaTransport(bootstrap, terms_topic=terms_topic)
+        # A position that retention passes later goes to the new log start, not
+        # past records nobody judged (`resume`'s seed covers the removed barriers).
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
-                                          enable_auto_commit=False)
+                                          enable_auto_commit=False,
+                                          auto_offset_reset="earliest")
         self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self._next: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}

@@ -569,6 +569,9 @@ class Simulation:
             role: (0, None, None) for role in config.roles}
         self.term_folds: dict[str, TermFold] = {}
         self.term_folded: dict[str, int] = {}
+        # Every record of each role's terms partition, as written: the winners
+        # settle their claims, so compaction removes them from the broker.
+        self.term_records: dict[str, list[Record]] = {}
         self.zombie_ms: dict[Leadership, int] = {}
         """Running time of each live tenure of a superseded term, so far."""
         self.term_tenures: dict[str, list[TermTenure]] = {role: [] for role in config.roles}
@@ -934,7 +937,9 @@ class Simulation:
         elif kind == "clean":
             self.report.faults["compaction"] += 1
             self.broker.compact(STATE)
-            if self.term_mode:  # every claim must survive it: terms never restart
+            if self.term_mode:  # the highest claim must survive it: terms never restart
+                for role in self.config.roles:
+                    self._term_view(role)  # every record folded before the cleaner runs
                 self.broker.compact(TERMS_TOPIC)
                 self._check_compacted_terms()
             self._schedule(self._next_cleaning_at(), "clean")
@@ -1202,26 +1207,30 @@ class Simulation:
     def _term_view(self, role: str) -> TermView:
         """The role's view of every term record written so far, folded once each.
 
-        Compaction removes records but never moves offsets, so this is the
-        view of the uncompacted log; `_check_compacted_terms` compares the
-        compacted partition's with it.
+        Every record is folded (and kept in `term_records`) before the cleaner
+        runs, so this is the view of the uncompacted log; `_check_compacted_terms`
+        compares the compacted partition's with it.
         """
         fold = self.term_folds.setdefault(role, TermFold(role))
         partition = role_partition(role, self.config.partitions)
         start = self.term_folded.get(role, 0)
+        written = self.term_records.setdefault(role, [])
         for record in self.broker.partition(TERMS_TOPIC, partition).read_committed(start).records:
             fold.apply(record)
+            written.append(record)
             self.term_folded[role] = record.offset + 1
         return fold.view
 
     def _check_compacted_terms(self) -> None:
-        """A member folding the compacted terms partition sees every term's winner."""
+        """A member folding the compacted terms partition sees the highest term and its
+        winning claim (the earlier terms' claims are settled and may be gone)."""
         for role in self.config.roles:
             before = self._term_view(role)
             partition = role_partition(role, self.config.partitions)
             after = build_term_view(
                 role, self.broker.partition(TERMS_TOPIC, partition).read_committed(0).records)
-            if (after.term, after.winners) != (before.term, before.winners):
+            if (after.term, after.winner(after.term)) != (before.term,
+                                                          before.winner(before.term)):
                 self.report.invariant_violations.append(
                     f"{role} at t={self.clock.now_ms() - self.start_ms}ms: compaction of the "
                     f"terms topic changed the highest term from {before.term} to {after.term} "
@@ -1403,12 +1412,12 @@ class Simulation:
                       for r in self.broker.records(OUTPUT, index)]
             attempts = [a for p in self.every_process if role in p.writers
                         for a in p.writers[role].attempts]
-            terms = self.broker.partition(
-                TERMS_TOPIC, role_partition(role, self.config.partitions)).read_committed(0)
+            self._term_view(role)
+            terms = self.term_records[role]
             report.histories[role] = check_term_history(
                 output, attempts, role=role, topic=OUTPUT, partition=index,
-                terms=terms.records, tenures=self.term_tenures[role])
-            claims = [r for r in terms.records if _is_claim_of(r.key, role)]
+                terms=terms, tenures=self.term_tenures[role])
+            claims = [r for r in terms if r.value and _is_claim_of(r.key, role)]
             report.simultaneous_challenges += len(claims) - len(self._term_view(role).winners)
         report.tenures = sum(len(held) for held in self.leaderships.values())
         report.epochs_minted = self.broker.epochs_minted

@@ -7,7 +7,8 @@ example reader (examples/term_reader/consumer.py) drops the zombie's
 records, commits its marks with its offsets, and after a restart resumes
 with them; a reader with no saved marks mid-log cannot tell the zombie's
 records from current ones; a reader that starts at the end is seeded from
-the terms topic and drops them too.
+the terms topic and drops them too; a reader whose committed offset was
+deleted (DeleteRecords, as retention does) resumes at the log start, seeded.
 """
 
 from __future__ import annotations
@@ -127,6 +128,30 @@ async def test_a_reader_that_starts_at_the_end_is_seeded_and_drops_a_zombie(sett
         await setting.write(second, b"b-1", partition=1)
         assert await read_to_end(setting, reader) == [b"b-1"]
         assert reader.filter.dropped == {"stale": 1}
+    await second.resign()
+
+
+async def test_a_committed_offset_below_the_log_start_resumes_there_seeded(setting):
+    group = f"retained-{uuid.uuid4().hex[:8]}"
+    first = await setting.lead("a")
+    async with reader_of(setting, group) as reader:
+        await setting.write(first, b"a-1")
+        assert await read_to_end(setting, reader) == [b"a-1"]
+        await reader.commit()  # its marks: the first term, on both partitions
+    await first.resign()
+    second = await setting.lead("b")
+    # The successor's barriers, then the records after them, are deleted up to
+    # the zombie's record: the restarted reader never reads the barrier.
+    ends = await setting.ends()
+    await setting.zombie_write(first.term, b"zombie")
+    await setting.write(second, b"b-1")
+    await setting.delete_below(ends)
+    async with reader_of(setting, group) as restarted:
+        assert await read_to_end(setting, restarted) == [b"b-1"]
+        assert restarted.filter.dropped == {"stale": 1}
+        assert {tp: start.kind for tp, start in restarted.started.items()} == {
+            tp: "truncated" for tp in ends}
+        assert {tp: start.offset for tp, start in restarted.started.items()} == ends
     await second.resign()
 
 

@@ -28,12 +28,12 @@ def run(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_the_terms_topic_is_compacted_like_the_state_topic_with_its_partition_count():
+def test_the_terms_topic_is_compacted_like_the_state_topic_with_shorter_lived_tombstones():
     wanted = {spec.name: spec for spec in topics.specs(16, 3, 60_000, demo=False)}
     state, terms = wanted["__coordination_state"], wanted[TERMS_TOPIC]
     assert terms.must_compact
     assert (terms.partitions, terms.replication) == (16, 3)
-    assert terms.configs == state.configs
+    assert terms.configs == {**state.configs, "delete.retention.ms": "600000"}
     assert terms.configs["cleanup.policy"] == "compact"
     assert terms.configs["min.insync.replicas"] == "2"
 

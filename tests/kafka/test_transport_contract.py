@@ -792,6 +792,17 @@ async def test_output_partitions_of_a_missing_topic_is_a_transport_error(cluster
         await transport.output_partitions(f"contract-never-created-{uuid.uuid4().hex[:6]}")
 
 
+async def test_output_facts_report_the_cleanup_policy_and_a_missing_topic(cluster):
+    transport = await cluster.process()
+    compacted = await transport.output_facts(await cluster.new_topic(2))
+    assert (compacted.exists, compacted.partitions, compacted.cleanup_policy) == (
+        True, 2, "compact")
+    deleting = await transport.output_facts(await cluster.new_topic(1, compacted=False))
+    assert (deleting.exists, deleting.cleanup_policy) == (True, "delete")
+    missing = await transport.output_facts(f"contract-never-created-{uuid.uuid4().hex[:6]}")
+    assert not missing.exists
+
+
 async def test_write_output_keeps_the_partition_and_the_headers_and_returns_the_offset(
     cluster, role
 ):

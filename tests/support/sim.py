@@ -383,7 +383,7 @@ class FaultyTransport:
     # Term mode: the terms topic and the leader's outputs, through the same
     # pauses, delays and death as every other call.
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         return await self._call("append_term", self.inner.append_term, partition, key, value)
 
     async def read_terms(self, partition: int) -> PartitionRead:
@@ -399,6 +399,9 @@ class FaultyTransport:
 
     async def output_partitions(self, topic: str) -> int:
         return await self._call("output_partitions", self.inner.output_partitions, topic)
+
+    async def output_facts(self, topic: str) -> TopicFacts:
+        return await self._call("output_facts", self.inner.output_facts, topic)
 
     async def write_output(self, topic: str, partition: int, key: bytes | None,
                            value: bytes | None, headers: list[tuple[str, bytes]]) -> int:

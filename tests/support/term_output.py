@@ -6,7 +6,7 @@ import contextlib
 import uuid
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
 from coordination import (
     TERM_HEADER,
@@ -107,6 +107,16 @@ class Setting:
                 [TopicPartition(self.output, p) for p in range(OUTPUT_PARTITIONS)])
         finally:
             await consumer.stop()
+
+    async def delete_below(self, offsets: dict[TopicPartition, int]) -> None:
+        """Delete every record of the output below `offsets` (DeleteRecords, as retention)."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records({tp: RecordsToDelete(offset)
+                                        for tp, offset in offsets.items()})
+        finally:
+            await admin.close()
 
     async def close(self) -> None:
         for transport in self.opened:

@@ -43,6 +43,21 @@ def test_a_member_needs_the_state_topic_its_roles_and_the_cluster_configs():
     assert Acl("TransactionalId", "acme.", "Write", prefixed=True) in prefixed
 
 
+def test_a_term_mode_member_needs_the_configs_of_its_outputs_and_no_transactional_id():
+    acls = member_acls("s", ["a"], guarded_topics=["out"], fencing="term", terms_topic="t")
+    assert [str(acl) for acl in acls] == [
+        "Topic `s`: Read",
+        "Topic `s`: Write",
+        "Topic `s`: DescribeConfigs",
+        "Topic `t`: Read",
+        "Topic `t`: Write",
+        "Topic `t`: DescribeConfigs",
+        "Topic `out`: Write",
+        "Topic `out`: DescribeConfigs",
+        f"Cluster `{CLUSTER}`: DescribeConfigs",
+    ]
+
+
 def test_a_missing_acl_is_a_coordination_error_that_is_not_retried():
     error = AccessDeniedError("worker", [Acl("Group", "app", "Read"),
                                          Acl("Topic", "t", "Write")])

@@ -1,6 +1,10 @@
 """The term fold: one test per rule of docs/term-mode.md#the-election-rule
-(who wins a term, who holds the role, which heartbeats count), and properties
-over random claim races: members agree, and a claimant's verdict never changes."""
+(who wins a term, who holds the role, which heartbeats count, which
+tombstones settle a claim), and properties over random claim races: members
+agree, a claimant's verdict never changes, and compaction after the winners
+settled their claims (also half done, as a reader mid-read may see it)
+keeps the highest term and its holder, and leaves a role its latest winning
+claim and the claims after it."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordination import Record, TermKind, claim_key, decode_term_key, encode_term_key
+from coordination.term_compaction import settled_claims
 from coordination.term_fold import TermClaim, TermFold, build_term_view
 from coordination.term_records import barrier_key
 from tests.support.term_logs import TermLog, compacted
@@ -119,12 +124,13 @@ def test_a_heartbeat_from_a_member_that_did_not_win_the_term_is_an_error():
     assert [offset for offset, _ in view.errors] == [2]
 
 
-def test_a_heartbeat_of_a_term_nobody_claimed_is_an_error_and_raises_no_term():
+def test_a_heartbeat_of_a_term_above_every_claim_read_raises_no_term_and_is_no_error():
+    """Its claim may have been settled and compacted away, the heartbeat kept."""
     log = TermLog()
     log.heartbeat("r", "a", 5)
+    log.claim("r", "b", 6)
     view = view_of(log)
-    assert view.term == 0
-    assert len(view.errors) == 1
+    assert (view.term, view.holder, view.heartbeat, view.errors) == (6, "b", None, [])
 
 
 def test_a_resign_is_a_heartbeat_that_says_so_and_is_final_for_its_term():
@@ -158,15 +164,51 @@ def test_a_claim_whose_value_disagrees_with_its_key_is_skipped():
     assert [offset for offset, _ in view.errors] == [1]
 
 
-def test_undecodable_keys_tombstones_and_barrier_keys_are_skipped_and_listed():
+def test_undecodable_keys_barrier_keys_and_their_tombstones_are_skipped_and_listed():
     log = TermLog()
     log.add(b"\x00", b"x")
-    log.add(claim_key_bytes("r", "a", 1), None)
+    log.add(encode_term_key(barrier_key("r", "a", 1)), None)
     log.add(encode_term_key(barrier_key("r", "a", 1)), b"x")
     log.add(claim_key_bytes("r", "a", 1), b"\x00")
     view = view_of(log)
     assert view.term == 0
     assert [offset for offset, _ in view.errors] == [0, 1, 2, 3]
+
+
+# -- settled claims -----------------------------------------------------------
+
+
+def test_a_tombstone_of_a_claim_below_the_highest_term_settles_it_and_changes_nothing():
+    log = TermLog()
+    log.claim("r", "a", 1)
+    log.claim("r", "b", 1)
+    log.claim("r", "b", 2)
+    before = view_of(log)
+    assert settled_claims(before, 2) == [("a", 1), ("b", 1)]
+    log.add(claim_key_bytes("r", "a", 1), None)
+    log.add(claim_key_bytes("r", "b", 1), None)
+    view = view_of(log)
+    assert (view.term, view.holder, view.winners, view.errors) == (
+        2, "b", before.winners, [])
+    assert view.claims == {("b", 2): 2}
+    assert settled_claims(view, 3) == [("b", 2)]
+
+
+def test_a_tombstone_of_a_claim_already_compacted_away_is_no_error():
+    log = TermLog()
+    log.add(claim_key_bytes("r", "a", 1), None)
+    log.claim("r", "b", 2)
+    view = view_of(log)
+    assert (view.term, view.holder, view.errors) == (2, "b", [])
+
+
+def test_a_tombstone_of_a_heartbeat_is_an_error():
+    log = TermLog()
+    log.claim("r", "a", 1)
+    log.heartbeat("r", "a", 1)
+    log.add(log.records[-1].key, None)
+    view = view_of(log)
+    assert [offset for offset, _ in view.errors] == [2]
 
 
 # -- properties over claim races --------------------------------------------
@@ -264,3 +306,65 @@ def test_the_highest_term_never_falls_as_records_are_read(records):
         fold.apply(record)
         assert fold.view.term >= highest
         highest = fold.view.term
+
+
+@st.composite
+def settled_races(draw):
+    """`races`, where each winner, having read its win and perhaps more,
+    tombstones the claims below its term that it read (`settled_claims`)."""
+    log = TermLog()
+    claimed: set[tuple[str, int]] = set()
+    for _ in range(draw(st.integers(0, 30))):
+        member = draw(st.sampled_from(MEMBERS))
+        kind = draw(st.sampled_from(["claim", "claim", "heartbeat", "resign"]))
+        prefix = log.records[: draw(st.integers(0, len(log.records)))]
+        seen = build_term_view("r", prefix)
+        if kind == "claim":
+            term = seen.term + 1 + draw(st.integers(0, 1))
+            if (member, term) in claimed:
+                continue
+            claimed.add((member, term))
+            offset = log.claim("r", member, term).offset
+            read = log.records[: draw(st.integers(offset + 1, len(log.records)))]
+            view = build_term_view("r", read)
+            winner = view.winner(term)
+            if winner is not None and winner.offset == offset:
+                for old_member, old_term in settled_claims(view, term):
+                    log.add(claim_key_bytes("r", old_member, old_term), None)
+        elif seen.holder is not None:
+            log.heartbeat("r", seen.holder, seen.term, resigned=kind == "resign")
+    return log.records
+
+
+def cleaned(records: list[Record], removed: set[int] | None = None) -> list[Record]:
+    """What the cleaner may leave: records with a later record of their key
+    removed (all of them, or those of `removed`), tombstones included once
+    their delete retention passed."""
+    latest = {record.key: record.offset for record in records}
+    superseded = {r.offset for r in records if latest[r.key] != r.offset or r.value is None}
+    gone = superseded if removed is None else superseded & removed
+    return [record for record in records if record.offset not in gone]
+
+
+@given(settled_races(), st.sets(st.integers(0, 120)))
+def test_compaction_of_settled_claims_keeps_the_highest_term_and_its_holder(records, removed):
+    full = build_term_view("r", records)
+    compacted_view = build_term_view("r", cleaned(records))
+    assert (compacted_view.term, compacted_view.holder) == (full.term, full.holder)
+    assert compacted_view.errors == []
+    # Half done, as a reader whose read overlaps the cleaner sees it: a claim
+    # below the highest term may seem to win, but the highest term and its
+    # holder are the same.
+    partly = build_term_view("r", cleaned(records, removed))
+    assert (partly.term, partly.holder) == (full.term, full.holder)
+
+
+@given(settled_races())
+def test_after_compaction_a_role_keeps_its_latest_winning_claim_and_the_claims_after_it(records):
+    full = build_term_view("r", records)
+    top = full.winner(full.term)
+    kept = claims_in(cleaned(records))
+    assert all(offset >= top.offset for offset, _, _ in kept) if top else kept == []
+    # Claims after the winner are at most one per member: the ones that had
+    # not read it (of its term or below) and the next term's, not yet settled.
+    assert len([c for c in kept if top and c[0] > top.offset]) <= len(MEMBERS) * 2

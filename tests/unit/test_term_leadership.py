@@ -14,6 +14,7 @@ import pytest
 
 from coordination import (
     TERMS_TOPIC,
+    CompactedOutputError,
     FencedError,
     MemoryTransport,
     TermFilter,
@@ -30,6 +31,7 @@ from coordination import (
     encode_term_key,
     role_partition,
 )
+from coordination.output_policy import compacts
 from coordination.term_fold import build_term_view
 from coordination.term_follower import TermFollower
 from coordination.term_records import TERM_HEADER, Claim
@@ -152,6 +154,33 @@ async def test_simultaneous_claims_elect_exactly_the_first_in_offset_order():
         task.cancel()
 
 
+async def test_a_compacted_output_is_refused_before_the_member_registers():
+    cluster = Cluster()
+    cluster.broker.create_topic("table", 1, compacted=True)
+    task = cluster.candidate("a", **{**TERM, "outputs": ("out", "table")})
+    await cluster.until(task.done, within=1)
+    with pytest.raises(CompactedOutputError, match=r"'table' has cleanup\.policy='compact'") as err:
+        task.result()
+    assert (err.value.topic, err.value.cleanup_policy) == ("table", "compact")
+    state = role_partition("billing", cluster.partitions)
+    assert cluster.broker.partition("__coordination_state", state).read_committed(0).records == []
+    assert terms_view(cluster).term == 0
+
+
+async def test_a_compacted_output_is_written_when_the_options_allow_it():
+    cluster = Cluster()
+    cluster.broker.create_topic("table", 1, compacted=True)
+    leader = await lead(cluster, "a", outputs=("table",), allow_compacted_outputs=True)
+    async with leader.transaction() as txn:
+        await txn.send("table", b"v", key=b"k")
+    assert [r.value for r in cluster.broker.records("table", 0)][-1] == b"v"
+
+
+def test_a_cleanup_policy_compacts_when_any_of_its_parts_is_compact():
+    assert [compacts(p) for p in ("compact", "compact,delete", "delete, compact")] == [True] * 3
+    assert [compacts(p) for p in ("delete", "", None)] == [False] * 3
+
+
 async def test_every_record_carries_the_term_after_a_barrier_on_every_partition():
     cluster = Cluster()
     cluster.broker.create_topic("wide", 3, compacted=False)
@@ -239,7 +268,7 @@ class ClaimsThenSignals(MemoryTransport):
         super().__init__(broker)
         self.appended = asyncio.Event()
 
-    async def append_term(self, partition: int, key: bytes, value: bytes) -> int:
+    async def append_term(self, partition: int, key: bytes, value: bytes | None) -> int:
         offset = await super().append_term(partition, key, value)
         self.appended.set()
         return offset
@@ -374,3 +403,18 @@ async def test_a_members_terms_tail_is_woken_by_its_own_role_only():
     assert (follower.view.term, follower.view.holder) == (1, "a")
     assert follower.view.errors == []
     await follower.close()
+async def test_after_compaction_a_role_that_changed_hands_keeps_one_claim_and_its_heartbeat():
+    cluster = Cluster()
+    for n in range(6):
+        leader = await lead(cluster, "ab"[n % 2])
+        await leader.resign()
+    partition = role_partition("billing", cluster.partitions)
+    log = cluster.broker.partition(TERMS_TOPIC, partition)
+    cluster.broker.compact(TERMS_TOPIC)
+    keys = [decode_term_key(r.key) for r in log.read_committed(0).records]
+    assert [(k.kind, k.member, k.term) for k in keys] == [
+        (TermKind.CLAIM, "b", 6), (TermKind.HEARTBEAT, "", 0)]
+    view = terms_view(cluster)
+    assert (view.term, view.holder, view.resigned) == (6, "b", True)
+    # Terms never restart: the next claim reads term 6 and claims 7.
+    assert (await lead(cluster, "a")).token == TermToken(7)
