@@ -19,7 +19,7 @@ needs every record or every move of the marks asks for it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any
 
 from coordination import defaults
@@ -51,9 +51,13 @@ class Tailing:
         """Whether a tail was started (and not closed)."""
         return self._tail is not None
 
-    async def start(self, opening: Awaitable[PartitionTail]) -> None:
+    async def start(self, opening: Coroutine[Any, Any, PartitionTail]) -> None:
         """Replace the tail (and drop its pending read) by the one `opening` gives."""
-        await self.close()
+        try:
+            await self.close()
+        except BaseException:
+            opening.close()  # never started: closed, not left for the collector to warn of
+            raise
         self._tail = await opening
 
     async def next_or(self, sleep: Awaitable[None] | None) -> PartitionRead | None:
