@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from coordination.admission import Admission, wait_ms
 from coordination.cancellation import through_cancellation
@@ -38,13 +38,17 @@ from coordination.state import RoleState
 from coordination.tenure import Leadership
 from coordination.term_candidate import acquire_term_leadership
 from coordination.token import FencingToken
-from coordination.transport import Transport
+from coordination.transport import GuardedTransaction, Transport
 
-__all__ = ["acquire_leadership"]
+__all__ = ["FirstWrite", "acquire_leadership", "check_first"]
 
 log = logging.getLogger("coordination.leadership")
 
 MAX_BACKOFF_LEASES = 8
+
+FirstWrite = Callable[[GuardedTransaction], Awaitable[None]]
+"""``async def first(txn)``: the tenure's first guarded records, added to the
+transaction that commits its first lease (`acquire_leadership`'s ``first``)."""
 
 
 async def acquire_leadership(
@@ -62,6 +66,7 @@ async def acquire_leadership(
     outputs: Iterable[str] | None = None,
     clock: Clock | None = None,
     admission: Admission | None = None,
+    first: FirstWrite | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
@@ -79,6 +84,16 @@ async def acquire_leadership(
     waits while the admission is closed: the process is too busy to take
     one more role, and the members ranked behind take theirs.
 
+    With `first` (epoch mode only), the tenure's first guarded write rides
+    in the transaction of its first lease: each challenge awaits
+    ``first(txn)`` after adding the lease record and before the commit, so
+    what it sends becomes visible with the lease, and only if the lease
+    commits (a challenge that lost aborts them both). It is awaited once per
+    challenge, so possibly more than once, and possibly while a superseded
+    tenure's function still runs (`Leadership.predecessor_until`): it is to
+    add records to `txn` and do nothing the broker cannot fence. An error it
+    raises aborts the challenge and is raised here, the epoch handed back.
+
     Cancel the call to stop waiting. A cancellation or error that arrives
     after the epoch was minted hands it back before it propagates: no lease
     is left live and no producer open, and no `Leadership` exists that
@@ -88,13 +103,21 @@ async def acquire_leadership(
     check_name("member", member)
     options = resolve_options(options, partitions, lease_duration, renew_interval,
                               challenge_stagger, placement, fencing, outputs)
+    check_first(first, options)
     if options.fencing == "term":
         return await acquire_term_leadership(transport, role, member, options,
                                              clock or SystemClock(), admission)
     check = await transport.check_topic(options.partitions, options.lease_duration)
     candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
-                           check.abort_cleanup_interval_ms, admission)
+                           check.abort_cleanup_interval_ms, admission, first)
     return await candidate.run()
+
+
+def check_first(first: FirstWrite | None, options: LeadershipOptions) -> None:
+    """`ValueError` for a first write where no first lease transaction carries it."""
+    if first is not None and options.fencing == "term":
+        raise ValueError("a first write rides in the first lease's transaction, which only "
+                         "epoch mode has: pass first only with fencing='epoch'")
 
 
 class _Candidate:
@@ -109,9 +132,11 @@ class _Candidate:
         clock: Clock,
         abort_cleanup_interval_ms: int,
         admission: Admission | None = None,
+        first: FirstWrite | None = None,
     ) -> None:
         self.transport = transport
         self.admission = admission
+        self.first = first
         self.role = role
         self.member = member
         self.options = options
@@ -341,12 +366,14 @@ class _Candidate:
 
     async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
         """Commit the tenure's first lease record and, in the same transaction,
-        the deregistrations of the members it passed over.
+        the deregistrations of the members it passed over and the records of
+        the caller's first write (`acquire_leadership`'s ``first``).
 
         In one fenced transaction a winner that was itself superseded before
-        it committed deregisters nobody: its tombstones are aborted with its
-        lease, so a stale view of the roster never removes a member that has
-        since become holder.
+        it committed deregisters nobody and writes nothing: its tombstones
+        and its first write are aborted with its lease, so a stale view of
+        the roster never removes a member that has since become holder, and
+        the first write is fenced exactly as any later guarded write is.
         """
         txn = await self.transport.begin_transaction(self.role, token)
         try:
@@ -356,6 +383,8 @@ class _Candidate:
                 await txn.write_lease(
                     self.partition, encode_key(registration_key(self.role, member)), None
                 )
+            if self.first is not None:
+                await self.first(txn)
             await txn.commit()
         except BaseException:
             with contextlib.suppress(Exception):
