@@ -46,6 +46,13 @@ log = logging.getLogger("coordination.leadership")
 
 MAX_BACKOFF_LEASES = 8
 
+# A challenge decides on the read its tail just delivered, without reading
+# the partition again, when that read is at most this old: a tail delivers a
+# committed record within about this much anyway (its consumer looks again
+# within 10 ms, docs/decisions/0030-the-transports-consumers-look-again.md),
+# so a read made now would be fresher by no more than the tail's own lag.
+FRESH_READ_MS = 10
+
 FirstWrite = Callable[[GuardedTransaction], Awaitable[None]]
 """``async def first(txn)``: the tenure's first guarded records, added to the
 transaction that commits its first lease (`acquire_leadership`'s ``first``)."""
@@ -235,10 +242,15 @@ class _Candidate:
         """Decide again on a fresh read, then mint an epoch and commit the first lease.
 
         The decision stands on everything committed up to a stable offset
-        read after this member decided to challenge (`PartitionFollower.refresh`):
-        a renewal or a new tenure committed before that read is in the state
-        evaluated. The refresh reads only the records since the follower's
-        last read, not the partition from offset 0; the state is the same.
+        read at most `FRESH_READ_MS` before the epoch is minted: a renewal or
+        a new tenure committed before that read is in the state evaluated.
+        When the tail's last read is that fresh (the common handover: the
+        tail delivered the predecessor's tombstone, and the preparation was
+        ready), the challenge decides on it and reads nothing again;
+        otherwise it reads the partition (`PartitionFollower.refresh`, only
+        the records since the follower's last read). A tenure committed after
+        the read the decision stood on is found after the first lease
+        (`_predecessor_until`), whichever read that was.
 
         The transport gets the epoch ready first (`Transport.prepare_epoch`
         with ``wait``), so that only InitProducerId comes between that read
@@ -253,7 +265,8 @@ class _Candidate:
         self.prepared = True
         await self.transport.prepare_epoch(self.role, self.options.lease_duration,
                                            self.partition, self.options.outputs, wait=True)
-        await self.follower.refresh()
+        if not self.follower.read_within(FRESH_READ_MS):
+            await self.follower.refresh()
         state = self.follower.state()
         now = self.clock.now_ms()
         if (await self._stalled() or self._evaluate(state, now).action != "challenge"
@@ -334,19 +347,24 @@ class _Candidate:
         waits for its fence deadline (this member's wall clock against the
         deadline it wrote) before it starts the function. None when there is
         no such lease: the common case costs nothing, as no record came
-        between. Only the records from `read_end` on are read: the decision
-        had folded everything below it.
+        between. Only the records from `read_end` on are looked at: the
+        decision had folded everything below it. They are taken from the
+        follower's tail when it has delivered them all (the common handover:
+        the predecessor's deregistration came in between, and the tail
+        fetched it while the lease was being written); else they are read.
         """
         if tenure <= read_end:
             return None
         key = encode_key(lease_key(self.role))
-        try:
-            read = await self.transport.read_partition(self.partition, read_end)
-        except TransportError as exc:
-            log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
-                        "the function waits as if it had", self.role, exc)
-            return self.clock.now_ms() + self.options.lease_ms - self.options.margin_ms
-        between = [r for r in read.records if read_end <= r.offset < tenure and r.key == key]
+        records = await self.follower.delivered(tenure)
+        if records is None:
+            try:
+                records = (await self.transport.read_partition(self.partition, read_end)).records
+            except TransportError as exc:
+                log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
+                            "the function waits as if it had", self.role, exc)
+                return self.clock.now_ms() + self.options.lease_ms - self.options.margin_ms
+        between = [r for r in records if read_end <= r.offset < tenure and r.key == key]
         if not between or not between[-1].value:
             return None
         try:
