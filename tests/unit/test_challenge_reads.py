@@ -3,8 +3,19 @@ and everything committed since an older read."""
 
 from __future__ import annotations
 
-from coordination import MemoryTransport, PartitionRead
-from tests.support.sim import LEASE, STAGGER, Cluster, crash, lead
+from coordination import (
+    FencingToken,
+    LeadershipOptions,
+    Lease,
+    MemoryTransport,
+    PartitionRead,
+    encode_key,
+    encode_lease,
+    lease_key,
+    role_partition,
+)
+from coordination.guarded import commit_lease
+from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 
 class CountingReads(MemoryTransport):
@@ -48,4 +59,44 @@ async def test_a_challenge_at_a_slot_long_after_the_last_read_reads_the_partitio
     taker = waiting.result()
     assert taker.member == "b"
     assert len(standby.reads) == 1
+    await taker.resign()
+
+
+class RivalLeasesFirst(CountingReads):
+    """Just before this client's InitProducerId, a rival's first lease commits:
+    a tenure that began after this member decided to challenge."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster)
+        self.cluster = cluster
+        self.rival_deadline: int | None = None
+
+    async def acquire_epoch(self, role: str, transaction_timeout: float,
+                            current: FencingToken | None = None) -> FencingToken:
+        if current is None and self.rival_deadline is None:
+            rival = self.cluster.transport()
+            token = await rival.acquire_epoch(role, transaction_timeout)
+            now = self.cluster.clock.now_ms()
+            self.rival_deadline = now + round(LEASE * 1000)
+            lease = Lease("c", token.producer_id, token.producer_epoch, now,
+                          self.rival_deadline)
+            await commit_lease(rival, role, token, role_partition(role, self.cluster.partitions),
+                               encode_key(lease_key(role)), encode_lease(lease))
+            self.reads.clear()
+        return await super().acquire_epoch(role, transaction_timeout, current)
+
+
+async def test_a_tenure_begun_after_the_decision_is_found_in_what_the_tail_delivered():
+    cluster = Cluster()
+    leader = await lead(cluster, "a")
+    standby = RivalLeasesFirst(cluster)
+    waiting = cluster.candidate("b", transport=standby)
+    await cluster.advance(LEASE)
+    await leader.resign()
+    await cluster.until(waiting.done, within=STAGGER)
+    taker = waiting.result()
+    assert standby.rival_deadline is not None
+    margin_ms = LeadershipOptions(lease_duration=LEASE, renew_interval=RENEW).margin_ms
+    assert taker.predecessor_until == standby.rival_deadline - margin_ms
+    assert standby.reads == [], "the tail had delivered the rival's lease"
     await taker.resign()
