@@ -47,10 +47,13 @@ log = logging.getLogger("coordination.leadership")
 MAX_BACKOFF_LEASES = 8
 
 # A challenge decides on the read its tail just delivered, without reading
-# the partition again, when that read is at most this old: a tail delivers a
-# committed record within about this much anyway (its consumer looks again
-# within 10 ms, docs/decisions/0030-the-transports-consumers-look-again.md),
-# so a read made now would be fresher by no more than the tail's own lag.
+# the partition again, when that read is at most this old. The re-read is
+# there for a challenger that waited (for its preparation, for a busy event
+# loop): the member ranked next may have taken the role at its own slot
+# meanwhile, one challenge stagger after this member's. This bound is far
+# below any stagger, and whatever was committed within it is found after the
+# first lease (`_predecessor_until`), as anything committed between the read
+# and InitProducerId always is.
 FRESH_READ_MS = 10
 
 FirstWrite = Callable[[GuardedTransaction], Awaitable[None]]
