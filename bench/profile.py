@@ -2,6 +2,7 @@
 
     python -m bench.profile --bootstrap-servers HOST:PORT [--trials 10] [--pyinstrument DIR]
     python -m bench.profile --bootstrap-servers HOST:PORT --calls 300 transactions
+    python -m bench.profile --bootstrap-servers HOST:PORT --trials 5 requests
 
 Handover: two `KafkaTransport`s in one process (leader A, standby B, one role,
 lease 3 s, renew 1 s, stagger 0.5 s); B's transport methods are wrapped to
@@ -14,8 +15,12 @@ transaction and the first guarded write's transaction. Prints the median of
 each stage (and its p90 and p99). Authority: `describe_leadership` calls,
 optionally under pyinstrument (HTML into DIR). Transactions: one leader's
 guarded transactions back to back, each one record (``--calls`` of them).
-Not part of ``python -m bench``: a tool for the explanations in
-docs/benchmarks.md.
+Requests: the broker requests of both members during a handover (each
+request's start and duration, in order, after A calls ``resign()``, to B's
+first write committed), B's first write given to `acquire_leadership`
+(``first``) so that it rides in the first lease's transaction; the first
+trial is the process's first handover. Not part of ``python -m bench``: a
+tool for the explanations in docs/benchmarks.md and the decision records.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import statistics
 import time
 import uuid
@@ -77,8 +83,8 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
                                   **client_options) as ta, \
                 KafkaTransport(bootstrap, topic=topic, tail_wait_ms=tail_wait_ms,
                                **client_options) as tb:
-            options = dict(partitions=4, lease_duration=3.0, renew_interval=1.0,
-                           challenge_stagger=0.5)
+            options: dict[str, Any] = dict(partitions=4, lease_duration=3.0,
+                                           renew_interval=1.0, challenge_stagger=0.5)
             a = await acquire_leadership(ta, role, "a", **options)
             b_task = asyncio.ensure_future(acquire_leadership(tb, role, "b", **options))
             await asyncio.sleep(0.5)  # b registers and tails
@@ -119,6 +125,89 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
         ordered = sorted(values)
         print(f"  {key:<34} {statistics.median(values):8.1f} {percentile(ordered, 90):8.1f} "
               f"{percentile(ordered, 99):8.1f} {ordered[0]:8.1f} {ordered[-1]:8.1f}")
+
+
+_WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="?")
+# The direct lease write's requests (coordination.kafka.direct_lease), by API key.
+_DIRECT = {24: "AddPartitionsToTxn (direct)", 0: "Produce (direct)", 26: "EndTxn (direct)"}
+
+
+def _log_requests(log: list[tuple[str, str, float, float]]) -> None:
+    """Log every request aiokafka's connections send: (member, request, start, end).
+
+    The member is the context's `_WHO`: the tasks a member's transport and
+    campaign start inherit it.
+    """
+    from aiokafka import conn
+
+    send = conn.AIOKafkaConnection.send
+
+    def logged(self: Any, request: Any, expect_response: bool = True) -> Any:
+        who, started = _WHO.get(), _ms()
+        name = type(request).__name__
+        if name == "DirectRequest":
+            name = _DIRECT.get(request.api_key, repr(request))
+        sent = send(self, request, expect_response)
+        if not expect_response:
+            return sent
+
+        async def answered() -> Any:
+            try:
+                return await sent
+            finally:
+                log.append((who, name, started, _ms()))
+        return answered()
+
+    conn.AIOKafkaConnection.send = logged  # type: ignore[method-assign]
+
+
+async def _as(who: str, work: Any) -> Any:
+    token = _WHO.set(who)
+    try:
+        return await work
+    finally:
+        _WHO.reset(token)
+
+
+async def requests(bootstrap: str, trials: int, tail_wait_ms: int) -> None:
+    log: list[tuple[str, str, float, float]] = []
+    _log_requests(log)
+    suffix = uuid.uuid4().hex[:6]
+    topic, output = f"profile-state-{suffix}", f"profile-out-{suffix}"
+    await _create(bootstrap, topic, output)
+    options: dict[str, Any] = dict(partitions=4, lease_duration=3.0, renew_interval=1.0,
+                                   challenge_stagger=0.5, outputs=(output,))
+
+    async def first(txn: Any) -> None:
+        await txn.send(output, b"x", partition=0)
+
+    for trial in range(trials):
+        role = f"profile.{suffix}.{trial}"
+        ta = KafkaTransport(bootstrap, topic=topic, tail_wait_ms=tail_wait_ms)
+        tb = KafkaTransport(bootstrap, topic=topic, tail_wait_ms=tail_wait_ms)
+        await _as("A", ta.__aenter__())
+        await _as("B", tb.__aenter__())
+        try:
+            a = await _as("A", acquire_leadership(ta, role, "a", **options))
+            token = _WHO.set("B")
+            b_task = asyncio.ensure_future(acquire_leadership(tb, role, "b", first=first,
+                                                              **options))
+            _WHO.reset(token)
+            await asyncio.sleep(0.5)  # b registers, tails and prepares
+            log.clear()
+            t0 = _ms()
+            await _as("A", a.resign())
+            b = await b_task
+            t_leading = _ms()
+            print(f"trial {trial + 1}: B leading, its first write committed, "
+                  f"{t_leading - t0:.1f} ms after A called resign()")
+            for who, name, started, ended in sorted(log, key=lambda row: row[2]):
+                if ended >= t0 and started <= t_leading:
+                    print(f"  {who} {started - t0:7.1f} ms  {ended - started:5.1f} ms  {name}")
+            await b.resign()
+        finally:
+            await ta.__aexit__(None, None, None)
+            await tb.__aexit__(None, None, None)
 
 
 def _write(path: Path, text: str) -> None:
@@ -201,6 +290,8 @@ def main() -> int:
             await authority(args.bootstrap_servers, args.calls, args.pyinstrument)
         if "transactions" in args.what:
             await transactions(args.bootstrap_servers, args.calls)
+        if "requests" in args.what:
+            await requests(args.bootstrap_servers, args.trials, args.tail_wait_ms)
 
     asyncio.run(run())
     return 0

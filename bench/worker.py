@@ -10,7 +10,9 @@ the same clock the orchestrator and the other workers read):
     leading      it leads (krabka: the first lease record is committed; term mode:
                  its claim won the term, reported as ``term``)
     wrote        a write to the output topic was acknowledged (``seq``); krabka:
-                 a guarded transaction committed (term mode: its record,
+                 a guarded transaction committed, the first one of a tenure
+                 in epoch mode with its first lease (``first``), reported
+                 right after ``leading`` (term mode: its record,
                  stamped with the term, acknowledged); peers: a plain produce acked,
                  sent only after the recipe's own leadership check passed
     lost         it noticed the end of its leadership (``reason``)
@@ -118,8 +120,18 @@ async def run_krabka(w: Worker) -> None:
     a = w.args
     over = asyncio.Event()
 
+    first_rode: list[int] = []  # the seq of the write the tenure's first lease carried
+
+    async def first(txn: Any) -> None:
+        """The tenure's first write, in the transaction of its first lease."""
+        await txn.send(a.output, w.record(), key=a.member.encode(), partition=0)
+        first_rode[:] = [w.seq]
+
     async def work(leadership: Leadership) -> None:
-        """One guarded write per interval until the runner cancels this."""
+        """One guarded write per interval until the runner cancels this; in epoch
+        mode the first one rode in the first lease's transaction."""
+        if first_rode:
+            await asyncio.sleep(a.interval)
         while True:
             try:
                 async with leadership.transaction() as txn:
@@ -144,6 +156,8 @@ async def run_krabka(w: Worker) -> None:
                 emit("leading", producer_id=token.producer_id,
                      producer_epoch=token.producer_epoch, tenure=leadership.tenure,
                      deadline=leadership.lease.deadline)
+                if first_rode:
+                    emit("wrote", seq=first_rode[0], first=True)
             leadership.done.add_done_callback(lambda _: self._ended(leadership))
 
         def _ended(self, leadership: Leadership) -> None:
@@ -207,6 +221,7 @@ async def run_krabka(w: Worker) -> None:
             options=LeadershipOptions(a.partitions, a.lease, a.renew, a.stagger,
                                       fencing=a.fencing, outputs=outputs),
             observer=reporter,
+            first=first if a.fencing == "epoch" else None,
         )
         reporter.runner = runner
         emit("ready")

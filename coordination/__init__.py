@@ -47,7 +47,7 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 """
 
 from coordination.admission import Admission, RenewalLatencyAdmission
-from coordination.candidate import acquire_leadership
+from coordination.candidate import FirstWrite, acquire_leadership
 from coordination.changes import (
     Change,
     Elected,
@@ -176,6 +176,7 @@ __all__ = [
     "EpochLostError",
     "FencedError",
     "FencingToken",
+    "FirstWrite",
     "FormatError",
     "GuardedTransaction",
     "GuardedWriter",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from coordination.admission import Admission, wait_ms
 from coordination.cancellation import through_cancellation
@@ -38,13 +38,27 @@ from coordination.state import RoleState
 from coordination.tenure import Leadership
 from coordination.term_candidate import acquire_term_leadership
 from coordination.token import FencingToken
-from coordination.transport import Transport
+from coordination.transport import GuardedTransaction, Transport
 
-__all__ = ["acquire_leadership"]
+__all__ = ["FirstWrite", "acquire_leadership", "check_first"]
 
 log = logging.getLogger("coordination.leadership")
 
 MAX_BACKOFF_LEASES = 8
+
+# A challenge decides on the read its tail just delivered, without reading
+# the partition again, when that read is at most this old. The re-read is
+# there for a challenger that waited (for its preparation, for a busy event
+# loop): the member ranked next may have taken the role at its own slot
+# meanwhile, one challenge stagger after this member's. This bound is far
+# below any stagger, and whatever was committed within it is found after the
+# first lease (`_predecessor_until`), as anything committed between the read
+# and InitProducerId always is.
+FRESH_READ_MS = 10
+
+FirstWrite = Callable[[GuardedTransaction], Awaitable[None]]
+"""``async def first(txn)``: the tenure's first guarded records, added to the
+transaction that commits its first lease (`acquire_leadership`'s ``first``)."""
 
 
 async def acquire_leadership(
@@ -63,6 +77,7 @@ async def acquire_leadership(
     allow_compacted_outputs: bool | None = None,
     clock: Clock | None = None,
     admission: Admission | None = None,
+    first: FirstWrite | None = None,
 ) -> Leadership:
     """Register `member` for `role`, wait its turn, and take the role.
 
@@ -82,6 +97,16 @@ async def acquire_leadership(
     waits while the admission is closed: the process is too busy to take
     one more role, and the members ranked behind take theirs.
 
+    With `first` (epoch mode only), the tenure's first guarded write rides
+    in the transaction of its first lease: each challenge awaits
+    ``first(txn)`` after adding the lease record and before the commit, so
+    what it sends becomes visible with the lease, and only if the lease
+    commits (a challenge that lost aborts them both). It is awaited once per
+    challenge, so possibly more than once, and possibly while a superseded
+    tenure's function still runs (`Leadership.predecessor_until`): it is to
+    add records to `txn` and do nothing the broker cannot fence. An error it
+    raises aborts the challenge and is raised here, the epoch handed back.
+
     Cancel the call to stop waiting. A cancellation or error that arrives
     after the epoch was minted hands it back before it propagates: no lease
     is left live and no producer open, and no `Leadership` exists that
@@ -92,13 +117,21 @@ async def acquire_leadership(
     options = resolve_options(options, partitions, lease_duration, renew_interval,
                               challenge_stagger, placement, fencing, outputs,
                               allow_compacted_outputs)
+    check_first(first, options)
     if options.fencing == "term":
         return await acquire_term_leadership(transport, role, member, options,
                                              clock or SystemClock(), admission)
     check = await transport.check_topic(options.partitions, options.lease_duration)
     candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
-                           check.abort_cleanup_interval_ms, admission)
+                           check.abort_cleanup_interval_ms, admission, first)
     return await candidate.run()
+
+
+def check_first(first: FirstWrite | None, options: LeadershipOptions) -> None:
+    """`ValueError` for a first write where no first lease transaction carries it."""
+    if first is not None and options.fencing == "term":
+        raise ValueError("a first write rides in the first lease's transaction, which only "
+                         "epoch mode has: pass first only with fencing='epoch'")
 
 
 class _Candidate:
@@ -113,9 +146,11 @@ class _Candidate:
         clock: Clock,
         abort_cleanup_interval_ms: int,
         admission: Admission | None = None,
+        first: FirstWrite | None = None,
     ) -> None:
         self.transport = transport
         self.admission = admission
+        self.first = first
         self.role = role
         self.member = member
         self.options = options
@@ -214,10 +249,15 @@ class _Candidate:
         """Decide again on a fresh read, then mint an epoch and commit the first lease.
 
         The decision stands on everything committed up to a stable offset
-        read after this member decided to challenge (`PartitionFollower.refresh`):
-        a renewal or a new tenure committed before that read is in the state
-        evaluated. The refresh reads only the records since the follower's
-        last read, not the partition from offset 0; the state is the same.
+        read at most `FRESH_READ_MS` before the epoch is minted: a renewal or
+        a new tenure committed before that read is in the state evaluated.
+        When the tail's last read is that fresh (the common handover: the
+        tail delivered the predecessor's tombstone, and the preparation was
+        ready), the challenge decides on it and reads nothing again;
+        otherwise it reads the partition (`PartitionFollower.refresh`, only
+        the records since the follower's last read). A tenure committed after
+        the read the decision stood on is found after the first lease
+        (`_predecessor_until`), whichever read that was.
 
         The transport gets the epoch ready first (`Transport.prepare_epoch`
         with ``wait``), so that only InitProducerId comes between that read
@@ -232,7 +272,8 @@ class _Candidate:
         self.prepared = True
         await self.transport.prepare_epoch(self.role, self.options.lease_duration,
                                            self.partition, self.options.outputs, wait=True)
-        await self.follower.refresh()
+        if not self.follower.read_within(FRESH_READ_MS):
+            await self.follower.refresh()
         state = self.follower.state()
         now = self.clock.now_ms()
         if (await self._stalled() or self._evaluate(state, now).action != "challenge"
@@ -313,19 +354,24 @@ class _Candidate:
         waits for its fence deadline (this member's wall clock against the
         deadline it wrote) before it starts the function. None when there is
         no such lease: the common case costs nothing, as no record came
-        between. Only the records from `read_end` on are read: the decision
-        had folded everything below it.
+        between. Only the records from `read_end` on are looked at: the
+        decision had folded everything below it. They are taken from the
+        follower's tail when it has delivered them all (the common handover:
+        the predecessor's deregistration came in between, and the tail
+        fetched it while the lease was being written); else they are read.
         """
         if tenure <= read_end:
             return None
         key = encode_key(lease_key(self.role))
-        try:
-            read = await self.transport.read_partition(self.partition, read_end)
-        except TransportError as exc:
-            log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
-                        "the function waits as if it had", self.role, exc)
-            return self.clock.now_ms() + self.options.lease_ms - self.options.margin_ms
-        between = [r for r in read.records if read_end <= r.offset < tenure and r.key == key]
+        records = await self.follower.delivered(tenure)
+        if records is None:
+            try:
+                records = (await self.transport.read_partition(self.partition, read_end)).records
+            except TransportError as exc:
+                log.warning("%s: could not tell whether this tenure superseded a live one (%r); "
+                            "the function waits as if it had", self.role, exc)
+                return self.clock.now_ms() + self.options.lease_ms - self.options.margin_ms
+        between = [r for r in records if read_end <= r.offset < tenure and r.key == key]
         if not between or not between[-1].value:
             return None
         try:
@@ -345,12 +391,14 @@ class _Candidate:
 
     async def _first_lease(self, token: FencingToken, lease: Lease, passed: list[str]) -> int:
         """Commit the tenure's first lease record and, in the same transaction,
-        the deregistrations of the members it passed over.
+        the deregistrations of the members it passed over and the records of
+        the caller's first write (`acquire_leadership`'s ``first``).
 
         In one fenced transaction a winner that was itself superseded before
-        it committed deregisters nobody: its tombstones are aborted with its
-        lease, so a stale view of the roster never removes a member that has
-        since become holder.
+        it committed deregisters nobody and writes nothing: its tombstones
+        and its first write are aborted with its lease, so a stale view of
+        the roster never removes a member that has since become holder, and
+        the first write is fenced exactly as any later guarded write is.
         """
         txn = await self.transport.begin_transaction(self.role, token)
         try:
@@ -360,6 +408,8 @@ class _Candidate:
                 await txn.write_lease(
                     self.partition, encode_key(registration_key(self.role, member)), None
                 )
+            if self.first is not None:
+                await self.first(txn)
             await txn.commit()
         except BaseException:
             with contextlib.suppress(Exception):

@@ -25,6 +25,7 @@ from typing import Any
 from coordination import defaults
 from coordination.cancellation import cancel_and_wait, retrieve_when_done
 from coordination.clock import Clock
+from coordination.errors import TransportError
 from coordination.evaluate import Placement
 from coordination.fold import RoleFold
 from coordination.shared_fold import lease_length_ms, shared_fold
@@ -93,6 +94,10 @@ class Tailing:
             await self.close()
             raise
 
+    def ready(self) -> bool:
+        """Whether the tail returned a read that no wait has taken yet."""
+        return self._pending is not None and self._pending.done()
+
     def drain(self) -> PartitionRead | None:
         """The read the tail returned that no wait has taken yet, if any."""
         pending = self._pending
@@ -145,6 +150,8 @@ class PartitionFollower:
         self.longest_lease_ms = 0
         """The longest lease of any role seen in this follower's own reads
         (`longest_lease` has them all)."""
+        self._read_at: int | None = None
+        """When (monotonic ms) the last read was folded in, None before the first."""
         self._tail = Tailing()
 
     async def refresh(self, *, every_record: bool = False) -> None:
@@ -201,6 +208,41 @@ class PartitionFollower:
         if returned is not None:
             self._folded_to = max(self._folded_to, returned)
 
+    def read_within(self, ms: int) -> bool:
+        """Whether `state()` stands on a read folded in at most `ms` ago (on the
+        clock's monotonic time) and the tail holds no later read not yet taken:
+        a read made now would add only what was committed in those `ms`."""
+        return (self._read_at is not None and not self._tail.ready()
+                and self._clock.monotonic_ms() - self._read_at <= ms)
+
+    async def delivered(self, end: int) -> list[Record] | None:
+        """The role's records below `end` that the tail has delivered since the
+        last read folded in, taken (and folded) without waiting for the broker;
+        None unless the tail has returned every record of the role below `end`.
+
+        A challenger asks it for the records committed between the read it
+        decided on and its first lease: the tail, still following, has
+        usually fetched them by the time the lease commits, and then nothing
+        need be read again.
+        """
+        if not self._tail.following:
+            return None
+        taken: list[Record] = []
+        while True:
+            try:
+                # A zero sleep: only a read the tail holds already is taken.
+                read = self._tail.drain() or await self._tail.next_or(asyncio.sleep(0))
+            except TransportError:
+                return None
+            if read is None:
+                break
+            self._apply(read)
+            taken += read.records
+            if read.last_stable_offset >= end:
+                return taken
+        returned = self._tail.returned_to()
+        return taken if returned is not None and returned >= end else None
+
     def state(self) -> RoleState:
         """The role's state as of the records read so far (a snapshot)."""
         return self._fold.snapshot()
@@ -237,6 +279,7 @@ class PartitionFollower:
                     self.longest_lease_ms = max(self.longest_lease_ms, length)
 
     def _marks(self, read: PartitionRead) -> None:
+        self._read_at = self._clock.monotonic_ms()
         self.last_stable_offset = read.last_stable_offset
         self.high_watermark = read.high_watermark
 

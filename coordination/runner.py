@@ -59,7 +59,7 @@ from typing import Any
 from coordination.admission import Admission
 from coordination.callbacks import contained
 from coordination.cancellation import through_cancellation
-from coordination.candidate import acquire_leadership
+from coordination.candidate import FirstWrite, acquire_leadership, check_first
 from coordination.clock import Clock, SystemClock
 from coordination.errors import CoordinationError, InvalidStateError
 from coordination.options import LeadershipOptions
@@ -212,7 +212,9 @@ class LeaderRunner:
     with the role and the member). Every wait is on `clock`'s monotonic
     time, so a `ManualClock` drives the whole runner. Each campaign runs
     with `options`, its placement included, and waits while `admission` is
-    closed (`coordination.admission`).
+    closed (`coordination.admission`). With `first` (epoch mode), each
+    tenure's first guarded write rides in its first lease's transaction
+    (`acquire_leadership`'s ``first``), before the function starts.
     """
 
     def __init__(
@@ -230,13 +232,16 @@ class LeaderRunner:
         max_backoff: float = MAX_BACKOFF,
         admission: Admission | None = None,
         rng: random.Random | None = None,
+        first: FirstWrite | None = None,
     ) -> None:
         self.transport = transport
         self.admission = admission
         self.role = role
         self.member = member
         self.fn = fn
+        self.first = first
         self.options = options or LeadershipOptions()
+        check_first(first, self.options)
         self.clock: Clock = clock or SystemClock()
         self.observer = observer or RunnerObserver()
         self.stop_timeout = stop_timeout
@@ -357,7 +362,7 @@ class LeaderRunner:
         """Wait for this member's turn; None when stopped or after a transport error."""
         acquiring = asyncio.ensure_future(acquire_leadership(
             self.transport, self.role, self.member, options=self.options, clock=self.clock,
-            admission=self.admission,
+            admission=self.admission, first=self.first,
         ))
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
