@@ -37,6 +37,7 @@ changelog the same way.
 from __future__ import annotations
 
 import contextvars
+import enum
 import logging
 import shutil
 import time
@@ -68,23 +69,37 @@ RECOVERY_FETCH_BYTES = 8 * 1024 * 1024
 Sent = tuple[int, bytes, bytes | None]
 """An acknowledged changelog record: its offset, key and value (None deletes)."""
 
-_marks: contextvars.ContextVar[dict[int, dict[int, int]] | None] = contextvars.ContextVar(
-    "commit_marks", default=None)
-"""For the commit under way in this task: per store (by id), per partition, how
-many acknowledged records the commit covers."""
+class Trust(enum.Enum):
+    """Whether a partition's acknowledged changelog records may reach RocksDB."""
+
+    COMMITTED = "committed"
+    """Those a commit covered are written once it is done."""
+    DOUBTFUL = "doubtful"
+    """A commit or a send of the partition failed: its acknowledged records may be
+    aborted, so none is written while the partition is assigned here."""
 
 
 @dataclass
 class PartitionState:
-    """One table partition in the worker's store."""
+    """One table partition in the worker's store, from its assignment to its revocation."""
 
     values: dict[bytes, bytes]
     """What the fold reads: the committed values and its own writes since."""
     sent: list[Sent] = field(default_factory=list)
-    """Acknowledged changelog records not yet written to RocksDB, in offset order."""
-    doubtful: bool = False
-    """A commit of this partition failed: its acknowledged records may have been
-    aborted, so nothing more of it is written to RocksDB while it is assigned here."""
+    """Acknowledged changelog records not yet written to RocksDB, in acknowledgement order."""
+    taken: int = 0
+    """How many acknowledged records have left `sent` (written, or dropped as doubtful):
+    ``taken + len(sent)`` numbers the acknowledgements, which a commit's mark counts."""
+    trust: Trust = Trust.COMMITTED
+
+
+Mark = tuple[PartitionState, int]
+"""A partition's state as a commit starts, and how many of its acknowledgements it covers."""
+
+_marks: contextvars.ContextVar[dict[int, dict[int, Mark]] | None] = contextvars.ContextVar(
+    "commit_marks", default=None)
+"""For the commit under way in this task: per store (by id), per partition, its mark.
+Commits can overlap: each writes up to its own mark, of the state it marked."""
 
 
 class InMemoryCommitted:
@@ -190,21 +205,25 @@ class InMemoryCommitted:
             return  # revoked since: the state assigned again starts from RocksDB
         if offset is None:
             self.commit_failed(partition)
-        elif not state.doubtful:
+        elif state.trust is Trust.COMMITTED:
             state.sent.append((offset, key, value))
 
-    def sent_counts(self) -> dict[int, int]:
-        """Per partition, how many acknowledged records a commit starting now covers."""
-        return {partition: len(state.sent) for partition, state in self.partitions.items()
-                if state.sent}
+    def marks(self) -> dict[int, Mark]:
+        """Per partition, what a commit starting now covers: every record acknowledged
+        so far, of the partition's current state."""
+        return {partition: (state, state.taken + len(state.sent))
+                for partition, state in self.partitions.items() if state.sent}
 
-    def persist(self, partition: int, count: int) -> None:
-        """Write the first `count` acknowledged records of `partition`, now committed,
-        and their last offset, to RocksDB in one batch."""
-        state = self.partitions.get(partition)
-        if state is None or state.doubtful or count == 0:
+    def persist(self, partition: int, mark: Mark) -> None:
+        """Write the acknowledged records of `partition` up to `mark`, now committed,
+        with the last one's offset, to RocksDB in one batch."""
+        state, upto = mark
+        count = upto - state.taken
+        if (self.partitions.get(partition) is not state or state.trust is Trust.DOUBTFUL
+                or count <= 0):
             return
         records, state.sent = state.sent[:count], state.sent[count:]
+        state.taken += count
         records.sort(key=lambda record: record[0])
         self._write(partition, [(key, value) for _, key, value in records], records[-1][0])
 
@@ -212,7 +231,8 @@ class InMemoryCommitted:
         """A commit of `partition` failed: write nothing more of it while it is here."""
         state = self.partitions.get(partition)
         if state is not None:
-            state.doubtful = True
+            state.trust = Trust.DOUBTFUL
+            state.taken += len(state.sent)
             state.sent.clear()
 
     def apply_records(self, partition: int, records: Iterable[tuple[bytes, bytes | None]],
@@ -350,7 +370,7 @@ class CommitMarked:
                               start_new_transaction: bool = True) -> bool:
         # The records acknowledged before the commit starts are in the transaction
         # it ends or in earlier ones; any acknowledged later may be in the next.
-        token = _marks.set({id(store): store.sent_counts() for store in _stores(self.app)})
+        token = _marks.set({id(store): store.marks() for store in _stores(self.app)})
         try:
             did_commit: bool = await super()._commit_offsets(  # type: ignore[misc]
                 offsets, start_new_transaction)
@@ -376,11 +396,13 @@ class CommitPersists:
         if marks is None:
             return
         for store in _stores(self.app):
-            counts = marks.get(id(store), {})
+            marked = marks.get(id(store), {})
             for tp in offsets:
                 # A table partition is written while folding the state partition of
                 # the same number (the tables are co-partitioned with it).
-                store.persist(tp.partition, counts.get(tp.partition, 0))
+                mark = marked.get(tp.partition)
+                if mark is not None:
+                    store.persist(tp.partition, mark)
 
 
 @dataclass(frozen=True)

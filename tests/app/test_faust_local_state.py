@@ -71,7 +71,7 @@ class _Consumer:
 
     async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
         if self.during is not None:
-            self.during()
+            await self.during()
         if self.error is not None:
             raise self.error
         self.app.tables.on_commit(offsets)
@@ -104,7 +104,7 @@ async def test_a_commit_writes_only_the_records_acknowledged_before_it_started(t
     _set(table, 0, b"role", b"v1")
     _acknowledged(store, 0, 3, b"role", b"v1")
 
-    def next_transaction() -> None:
+    async def next_transaction() -> None:
         # Acknowledged while the commit ends: it may belong to the next transaction.
         _set(table, 0, b"role", b"v2")
         _acknowledged(store, 0, 4, b"role", b"v2")
@@ -113,6 +113,25 @@ async def test_a_commit_writes_only_the_records_acknowledged_before_it_started(t
     assert (_on_disk(store, 0, b"role"), store.persisted_offset(TP0)) == (b"v1", 3)
 
     await _WorkerConsumer(table.app)._commit_offsets({STATE_TP: 2})
+    assert (_on_disk(store, 0, b"role"), store.persisted_offset(TP0)) == (b"v2", 4)
+
+
+async def test_overlapping_commits_each_write_only_what_was_acknowledged_before_they_started(
+        table):
+    store = table.data
+    _set(table, 0, b"role", b"v1")
+    _acknowledged(store, 0, 3, b"role", b"v1")
+
+    async def another_commit() -> None:
+        # A second commit starts and ends while the first ends its transaction, and
+        # a record is acknowledged after both started: neither covers it.
+        _set(table, 0, b"role", b"v2")
+        _acknowledged(store, 0, 4, b"role", b"v2")
+        await _WorkerConsumer(table.app)._commit_offsets({STATE_TP: 2})
+        _set(table, 0, b"role", b"v3")
+        _acknowledged(store, 0, 5, b"role", b"v3")
+
+    await _WorkerConsumer(table.app, during=another_commit)._commit_offsets({STATE_TP: 1})
     assert (_on_disk(store, 0, b"role"), store.persisted_offset(TP0)) == (b"v2", 4)
 
 
