@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from coordination import role_partition
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
@@ -27,8 +27,11 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 8
 ROLES = 3_000
-START = 120.0
-"""Seconds a worker may take from its spawn to ready with every role (2 cores)."""
+MEMBERS = 4
+"""Registrations per role the killed worker folds: enough to be killed part-way."""
+START = 180.0
+"""Seconds a worker may take from its spawn to ready with every role folded (2 shared
+cores fold a few hundred registrations a second)."""
 
 RECOVERY_LINE = re.compile(r"table recovery: read (\d+) changelog records")
 
@@ -76,21 +79,43 @@ def _rows(worker: AppWorker) -> dict[str, Any] | None:
 
 def _ready_with_every_role(worker: AppWorker, members: int) -> dict[str, Any]:
     """The worker's roles once it is ready with every role and all `members` of each."""
+    seen = "no answer"
+
     def ready() -> dict[str, Any] | None:
+        nonlocal seen
         if not worker.alive():
             raise AssertionError(f"the worker exited:\n{worker.log_tail()}")
         status, _ = worker.get("/ready")
         rows = _rows(worker) if status == 200 else None
-        if rows is None or len(rows) != ROLES:
+        if rows is None:
+            seen = f"GET /ready {status}"
             return None
-        return rows if all(row["members"] == members for row in rows.values()) else None
-    rows: dict[str, Any] = poll(ready, START, "the worker ready with every role folded")
+        folded = sum(row["members"] for row in rows.values())
+        seen = f"{len(rows)} roles, {folded} registrations"
+        return rows if len(rows) == ROLES and folded == ROLES * members else None
+    try:
+        rows: dict[str, Any] = poll(ready, START, "the worker ready with every role folded")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen}") from None
     return rows
 
 
 def _recovery_reads(worker: AppWorker) -> list[int]:
     """The changelog records each recovery of this worker read, as it logged them."""
     return [int(m.group(1)) for m in RECOVERY_LINE.finditer(worker.log.read_text(errors="replace"))]
+
+
+async def _committed_end(group: AppGroup) -> int:
+    """The sum of the role_state changelog's last stable offsets."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=group.bootstrap,
+                                isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(f"{group.app_id}-role_state-changelog", p)
+               for p in range(PARTITIONS)]
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()
 
 
 def _changelog_records(group: AppGroup) -> int:
@@ -122,22 +147,26 @@ def test_a_worker_restarted_with_its_data_directory_reads_only_the_changelog_aft
 
 
 def test_a_worker_killed_while_folding_restarts_with_only_what_was_committed(group):
-    asyncio.run(_register(group.bootstrap, group.state_topic, ROLES, members=10))
+    asyncio.run(_register(group.bootstrap, group.state_topic, ROLES, members=MEMBERS))
     first = group.start(env={"COORDINATION_DEMO": "0"})
 
     def folding() -> bool | None:
         if not first.alive():
             raise AssertionError(f"the worker exited:\n{first.log_tail()}")
         rows = _rows(first)
-        return True if rows and 0 < len(rows) < ROLES else None
-    poll(folding, START, "the worker part-way through its fold", interval=0.05)
+        folded = sum(row["members"] for row in (rows or {}).values())
+        if not 0 < folded < ROLES * MEMBERS:
+            return None
+        return True if asyncio.run(_committed_end(group)) > 0 else None
+    poll(folding, START, "the worker part-way through its fold, some of it committed",
+         interval=0.05)
     first.kill()
 
     again = group.start(first.port, env={"COORDINATION_DEMO": "0"})
-    kept = _ready_with_every_role(again, 10)
+    kept = _ready_with_every_role(again, MEMBERS)
     again.stop()
     assert _recovery_reads(again), f"no recovery logged:\n{again.log_tail()}"
 
     fresh = group.start(env={"COORDINATION_DEMO": "0"})
-    assert _ready_with_every_role(fresh, 10) == kept
+    assert _ready_with_every_role(fresh, MEMBERS) == kept
     fresh.stop()
