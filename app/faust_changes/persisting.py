@@ -423,6 +423,7 @@ class LocalStateChecked:
     app: Any
     tp_to_table: Any
     active_highwaters: Any
+    _recovery_started_at: float | None
     last_recovered: Recovered | None = None
 
     async def _build_offsets(self, consumer: Any, tps: set[Any], destination: Any,
@@ -479,6 +480,14 @@ class LocalStateChecked:
         log.info("table recovery: read %d changelog records of %d partitions in %.3f s "
                  "(%d of %d partitions past their local offset; %d wiped)", records,
                  len(behind), self.last_recovered.seconds, len(behind), len(tps), wiped)
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        await super().on_recovery_completed(generation_id)  # type: ignore[misc]
+        started = self._recovery_started_at
+        recovered = self.last_recovered
+        if started is not None and recovered is not None:
+            log.info("table recovery complete in %.3f s from its start (%d changelog "
+                     "records read)", time.monotonic() - started, recovered.records)
 
     def _apply(self, tp: Any, records: list[Any], offset: int) -> None:
         store: InMemoryCommitted = self.tp_to_table[tp].data

@@ -275,6 +275,8 @@ CHANGES: tuple[Change, ...] = (
                  "faust.tables.recovery:Recovery._build_offsets",
                  "faust.tables.recovery:Recovery.active_highwaters",
                  "faust.tables.recovery:Recovery.tp_to_table",
+                 "faust.tables.recovery:Recovery.on_recovery_completed",
+                 "faust.tables.recovery:Recovery._recovery_started_at",
                  "faust.stores.rocksdb:Store._db_for_partition",
                  "faust.stores.rocksdb:Store._dbs",
                  "faust.stores.rocksdb:Store._visible_items",
