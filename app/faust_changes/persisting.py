@@ -428,43 +428,55 @@ class LocalStateChecked:
 
     async def _build_offsets(self, consumer: Any, tps: set[Any], destination: Any,
                              title: str) -> None:
-        wiped = await self._check_local_state(consumer, tps, destination)
+        # Faust's: each partition starts at the later of its store's offset and the
+        # offset before the log start.
         await super()._build_offsets(consumer, tps, destination, title)  # type: ignore[misc]
+        ours = {tp for tp in tps if isinstance(self.tp_to_table[tp].data, InMemoryCommitted)}
         if title == "active":
-            await self._read_active(tps, destination, wiped)
+            # The recovery has just asked for them: the last stable offset, less one.
+            ends = {tp: self.active_highwaters[tp] + 1 for tp in ours
+                    if self.active_highwaters.get(tp) is not None}
+        else:
+            kept = {tp for tp in ours if self.tp_to_table[tp].persisted_offset(tp) is not None}
+            ends = await consumer.highwaters(*kept) if kept else {}
+        wiped = self._check_local_state(ours, destination, ends)
+        if title == "active":
+            await self._read_active(ours, destination, wiped)
 
-    async def _check_local_state(self, consumer: Any, tps: set[Any], destination: Any) -> int:
-        ours = {tp for tp in tps
-                if isinstance(self.tp_to_table[tp].data, InMemoryCommitted)}
-        if not ours:
-            return 0
-        ends = await consumer.highwaters(*ours)
-        starts = await consumer.earliest_offsets(*ours)
+    def _check_local_state(self, tps: set[Any], destination: Any,
+                           ends: Mapping[Any, int | None]) -> int:
+        """Wipe the store of each partition of `tps` whose local state is not a prefix
+        of its changelog's committed records (`ends`: the last stable offsets);
+        return how many were wiped."""
         wiped = 0
-        for tp in ours:
+        for tp in tps:
             store: InMemoryCommitted = self.tp_to_table[tp].data
-            offset = destination.get(tp)
-            if offset is None:
-                if store.holds_data(tp.partition):
-                    reason = "it holds values without a committed offset"
-                else:
+            persisted = store.persisted_offset(tp)  # type: ignore[attr-defined]
+            start = destination[tp]
+            end = ends.get(tp)
+            if persisted is None:
+                if not store.holds_data(tp.partition):
                     continue
-            elif not _within(offset, starts.get(tp), ends.get(tp)):
-                reason = (f"its offset {offset} is outside the changelog's committed "
-                          f"range [{starts.get(tp)}, {ends.get(tp)})")
+                reason = "it holds values without a committed offset"
+            elif start != persisted:
+                reason = (f"the changelog's first record is at {start + 1}, after the "
+                          f"{persisted + 1} it would read next")
+            elif end is None or persisted >= end:
+                reason = (f"its offset {persisted} is not below the changelog's last stable "
+                          f"offset {end}")
             else:
                 continue
             log.warning("%s: the local state is not trusted (%s): read again from the "
                         "changelog", tp, reason)
             store.wipe(tp.partition)
-            destination[tp] = None
+            if start == persisted:
+                destination[tp] = -1  # from the log start
             wiped += 1
         return wiped
 
     async def _read_active(self, tps: set[Any], destination: Any, wiped: int) -> None:
         behind = {tp: destination[tp] for tp in tps
-                  if isinstance(self.tp_to_table[tp].data, InMemoryCommitted)
-                  and self.active_highwaters.get(tp) is not None
+                  if self.active_highwaters.get(tp) is not None
                   and destination[tp] < self.active_highwaters[tp]}
         started = time.perf_counter()
         records = 0
@@ -494,14 +506,6 @@ class LocalStateChecked:
         store.apply_records(tp.partition, [(r.key, r.value) for r in records], offset)
 
 
-def _within(offset: int, start: int | None, end: int | None) -> bool:
-    """Whether a store at `offset` is a prefix of a changelog whose records run from
-    `start` to the last stable offset `end` (exclusive)."""
-    if start is None or end is None:
-        return False
-    return start <= offset + 1 and offset < end
-
-
 async def read_changelogs(app: Any, starts: Mapping[Any, int], ends: Mapping[Any, int],
                           apply: Callable[[Any, list[Any], int], None]) -> int:
     """Read each changelog partition of `starts` from its start to its end (the last
@@ -518,7 +522,7 @@ async def read_changelogs(app: Any, starts: Mapping[Any, int], ends: Mapping[Any
     consumer = AIOKafkaConsumer(
         bootstrap_servers=server_list(transport.url, transport.default_port),
         client_id=f"{conf.broker_client_id}-recovery", group_id=None,
-        enable_auto_commit=False,
+        enable_auto_commit=False, auto_offset_reset="earliest",
         isolation_level="read_committed" if app.in_transaction else "read_uncommitted",
         max_partition_fetch_bytes=RECOVERY_FETCH_BYTES, fetch_max_wait_ms=100,
         request_timeout_ms=int(conf.broker_request_timeout * 1000.0),

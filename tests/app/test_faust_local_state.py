@@ -236,9 +236,9 @@ async def test_a_local_state_is_trusted_only_within_the_changelogs_committed_ran
     recovery.tp_to_table[TP0] = table
     destination: Counter[TP] = Counter({TP0: store.persisted_offset(TP0)})
 
-    wiped = await recovery._check_local_state(_Broker(start, end), {TP0}, destination)
-    assert wiped == (0 if trusted else 1)
-    assert destination[TP0] == (9 if trusted else None)
+    await recovery._build_offsets(_Broker(start, end), {TP0}, destination, "standby")
+    reads_from = 9 if trusted else max(start - 1, -1)
+    assert destination[TP0] == reads_from
     assert store.persisted_offset(TP0) == (9 if trusted else None)
     with as_current_event(_Event(0)):  # type: ignore[arg-type]
         assert store.get(b"role") == (b"v" if trusted else None)
@@ -255,7 +255,8 @@ async def test_values_without_a_committed_offset_are_wiped(table):
     destination: Counter[TP] = Counter()
     destination[TP0] = store.persisted_offset(TP0)
 
-    assert await recovery._check_local_state(_Broker(0, 20), {TP0}, destination) == 1
+    await recovery._build_offsets(_Broker(0, 20), {TP0}, destination, "standby")
+    assert destination[TP0] == -1
     with as_current_event(_Event(0)):  # type: ignore[arg-type]
         assert store.get(b"role") is None
     assert COMMITTED_OFFSET_KEY not in dict(store._visible_items(store._db_for_partition(0)))
