@@ -136,7 +136,8 @@ class InMemoryCommitted:
         return partition
 
     def _holding(self, key: bytes) -> Iterator[PartitionState]:
-        """The loaded partitions that may hold `key`: its own when known."""
+        """The partitions that may hold `key`: its own when known (the current event's,
+        or the one it was last seen in), else every partition opened here."""
         partition = self._event_partition()
         if partition is None:
             partition = self._key_index.get(key)
