@@ -294,6 +294,11 @@ class InMemoryCommitted:
         shutil.rmtree(self.partition_path(partition),  # type: ignore[attr-defined]
                       ignore_errors=True)
 
+    def reset_state(self) -> None:
+        # ``faust reset``: Faust's removes the databases; the values go with them.
+        self.partitions.clear()
+        super().reset_state()  # type: ignore[misc]
+
     def revoke_partitions(self, table: Any, tps: set[Any]) -> None:
         # Its values not yet committed are gone with it: a partition assigned again
         # starts from what RocksDB holds, and the changelog after it.

@@ -283,6 +283,7 @@ CHANGES: tuple[Change, ...] = (
                  "faust.stores.rocksdb:Store._key_index",
                  "faust.stores.rocksdb:Store.offset_key",
                  "faust.stores.rocksdb:Store.revoke_partitions",
+                 "faust.stores.rocksdb:Store.reset_state",
                  "faust.stores.base:SerializedStore._encode_key",
                  "faust.stores.base:SerializedStore._encode_value"),
         written_for=(FAUST, MODE), exact=True,

@@ -260,3 +260,15 @@ async def test_values_without_a_committed_offset_are_wiped(table):
     with as_current_event(_Event(0)):  # type: ignore[arg-type]
         assert store.get(b"role") is None
     assert COMMITTED_OFFSET_KEY not in dict(store._visible_items(store._db_for_partition(0)))
+
+
+def test_a_reset_forgets_the_values_with_the_databases(table):
+    store = table.data
+    store.apply_records(0, [(b"role", b"v")], 9)
+    with as_current_event(_Event(0)):  # type: ignore[arg-type]
+        assert store.get(b"role") == b"v"
+
+    store.reset_state()
+    with as_current_event(_Event(0)):  # type: ignore[arg-type]
+        assert store.get(b"role") is None
+    assert store.persisted_offset(TP0) is None
