@@ -487,17 +487,21 @@ class LocalStateChecked:
         started = time.perf_counter()
         records = 0
         if behind:
-            records = await read_changelogs(
+            # This step runs under Faust's request timeout: what is not read by half
+            # of it is left to Faust's own recovery loop, from where this read ended.
+            records, reached = await read_changelogs(
                 self.app, {tp: offset + 1 for tp, offset in behind.items()},
                 {tp: self.active_highwaters[tp] + 1 for tp in behind},
-                self._apply)
-            for tp in behind:
-                destination[tp] = self.active_highwaters[tp]
+                self._apply, time.monotonic() + self.app.conf.broker_request_timeout / 2)
+            for tp, position in reached.items():
+                destination[tp] = min(position - 1, self.active_highwaters[tp])
         self.last_recovered = Recovered(len(behind), records,
                                         time.perf_counter() - started, wiped)
+        left = sum(1 for tp in behind if destination[tp] < self.active_highwaters[tp])
         log.info("table recovery: read %d changelog records of %d partitions in %.3f s "
-                 "(%d of %d partitions past their local offset; %d wiped)", records,
-                 len(behind), self.last_recovered.seconds, len(behind), len(tps), wiped)
+                 "(%d of %d partitions past their local offset; %d wiped; %d left to "
+                 "Faust's recovery loop)", records, len(behind), self.last_recovered.seconds,
+                 len(behind), len(tps), wiped, left)
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         await super().on_recovery_completed(generation_id)  # type: ignore[misc]
@@ -513,10 +517,13 @@ class LocalStateChecked:
 
 
 async def read_changelogs(app: Any, starts: Mapping[Any, int], ends: Mapping[Any, int],
-                          apply: Callable[[Any, list[Any], int], None]) -> int:
-    """Read each changelog partition of `starts` from its start to its end (the last
-    stable offset the recovery found, exclusive), handing each fetched batch to
-    `apply` with the last offset read; return the records read.
+                          apply: Callable[[Any, list[Any], int], None],
+                          deadline: float) -> tuple[int, dict[Any, int]]:
+    """Read each changelog partition of `starts` from its start towards its end (the
+    last stable offset the recovery found, exclusive), handing each fetched batch to
+    `apply` with the last offset read, until every partition is at its end or the
+    monotonic `deadline` has passed; return the records read and the position each
+    partition reached.
 
     A partition is done when the consumer's position reaches its end: a position
     counts the control records of the transactions too, which no record shows."""
@@ -540,17 +547,20 @@ async def read_changelogs(app: Any, starts: Mapping[Any, int], ends: Mapping[Any
         consumer.assign(list(kafka_tp.values()))
         for tp, start in starts.items():
             consumer.seek(kafka_tp[tp], start)
+        reached = dict(starts)
         pending = {kafka_tp[tp] for tp in starts if starts[tp] < ends[tp]}
         records = 0
-        while pending:
+        while pending and time.monotonic() < deadline:
             fetched = await consumer.getmany(*pending, timeout_ms=100)
             for kafka, batch in fetched.items():
                 if batch:
                     apply(ours[kafka], batch, batch[-1].offset)
                     records += len(batch)
             for kafka in list(pending):
-                if await consumer.position(kafka) >= ends[ours[kafka]]:
+                tp = ours[kafka]
+                reached[tp] = await consumer.position(kafka)
+                if reached[tp] >= ends[tp]:
                     pending.discard(kafka)
-        return records
+        return records, reached
     finally:
         await consumer.stop()
