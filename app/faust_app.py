@@ -2,9 +2,9 @@
 
 Its lifecycle is what the coordination needs of the app that hosts it, and
 what no public Faust hook provides: the roles are resigned before Faust
-stops its consumer, the local tables are rebuilt from their changelogs at
-every worker start, every stop ends within a bound, and ``/`` is left to
-the dashboard. `app.install.install` refuses any other app.
+stops its consumer, local tables Faust's own store wrote are rebuilt from
+their changelogs at every worker start, every stop ends within a bound, and
+``/`` is left to the dashboard. `app.install.install` refuses any other app.
 """
 
 from __future__ import annotations
@@ -46,18 +46,18 @@ class WebDisabledError(RuntimeError):
 
 class CoordinationApp(ChangedApp):
     """A Faust app whose web server leaves ``/`` to the dashboard, whose local
-    tables never outlive the process, and whose shutdown always ends; built of
-    the worker's Faust classes (`app.faust_changes`).
+    tables are trusted only when the worker's store wrote them, and whose
+    shutdown always ends; built of the worker's Faust classes (`app.faust_changes`).
 
-    Tables: under exactly_once Faust writes table values to RocksDB at once
-    but records the changelog offset only at commit. A worker stopped between
-    the two (a crash, or a final commit that fails, which faust-streaming
-    0.15.3 can do on shutdown) keeps values of a transaction the broker
-    aborts; recovery reads only committed changelog records after the
-    recorded offset, so those phantom values would stay and the record that
-    caused them would be folded onto them again, its events lost. So every
-    worker start removes the local tables and rebuilds them from the
-    changelogs (one compacted record per role and per partition: cheap).
+    Tables: the worker's RocksDB store (FAUST-17) writes only committed
+    changelog records, with their offset, so a restarted worker keeps its data
+    directory and reads only the changelog after it. Faust's own store (on a
+    Faust version FAUST-17 was not written for) writes table values to RocksDB
+    at once and never records their committed offset under exactly_once: a
+    worker stopped with values of a transaction the broker aborts would keep
+    them, and the record that caused them would be folded onto them again,
+    its events lost. So with Faust's store every worker start removes the
+    local tables and rebuilds them from the changelogs.
 
     Web: a worker refuses to start without its web server (`WebDisabledError`).
 
@@ -109,7 +109,8 @@ class CoordinationApp(ChangedApp):
                 "the coordination needs the worker's web server: its peers ask it for the "
                 "roles of the partitions it owns, and the probes for /health and /ready; "
                 "start the worker without --without-web (and web_enabled=False)")
-        self.forget_local_tables()
+        if not self.worker_classes.keeps_local_tables:
+            self.forget_local_tables()
         await super().on_first_start()
 
     async def on_shutdown(self) -> None:

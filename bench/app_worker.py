@@ -89,10 +89,11 @@ class WorkerGroup:
         finally:
             await consumer.stop()
 
-    def start(self) -> AppWorker:
-        """A worker with an empty data directory of its own, on a free port."""
+    def start(self, *, data_dir: Path | None = None) -> AppWorker:
+        """A worker on a free port, with `data_dir` (by default an empty data
+        directory of its own)."""
         self.started += 1
-        return AppWorker(self, free_port(), self.folder / f"data-{self.started}")
+        return AppWorker(self, free_port(), data_dir or self.folder / f"data-{self.started}")
 
 
 class AppWorker:
@@ -101,6 +102,8 @@ class AppWorker:
     def __init__(self, group: WorkerGroup, port: int, data_dir: Path) -> None:
         self.group = group
         self.port = port
+        self.data_dir = data_dir
+        self.log = group.folder / f"worker-{port}.log"
         self.url = f"http://127.0.0.1:{port}"
         env = {
             "KAFKA_BOOTSTRAP_SERVERS": group.bench.bootstrap,
@@ -127,7 +130,7 @@ class AppWorker:
         self.child = procs.Child(
             [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
             name=f"faust-worker:{group.app_id}:{port}",
-            log=group.folder / f"worker-{port}.log", json_lines=False, env=env,
+            log=self.log, json_lines=False, env=env,
             new_session=True)
 
     async def get(self, session: Any, path: str) -> tuple[int, Any]:

@@ -113,9 +113,14 @@ class _Events:
 async def consume(bench: Bench, topic: str, handle: Any) -> int:
     """Read every partition of `topic` to its end (read_committed), `handle` per
     fetched list of one partition's records."""
+    return await consume_from(bench.bootstrap, topic, handle)
+
+
+async def consume_from(bootstrap: str, topic: str, handle: Any) -> int:
+    """`consume` from the cluster at `bootstrap`."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bench.bootstrap,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap,
                                 isolation_level="read_committed", enable_auto_commit=False,
                                 group_id=None, max_partition_fetch_bytes=4 * 2**20,
                                 fetch_max_bytes=32 * 2**20)

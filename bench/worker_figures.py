@@ -8,11 +8,16 @@
   be ready (same trial).
   Baseline ``aiokafka-raw``: fold-throughput's own read_committed
   consume-and-decode of the same topic (`bench.fold.consume`).
-- ``worker-recovery``: a worker restarted with an empty data directory, from
-  the spawn to ``GET /ready`` answering 200 and ``GET /roles/`` listing every
-  role as the worker that folded them listed it. Baseline ``aiokafka-raw``:
-  one read_committed consumer reading the role_state changelog to its end,
-  keeping the last value of each key (a restore's least work).
+- ``worker-recovery``: a role_state changelog written as a worker's commits
+  leave it (10 values of each role, in transactions); per trial a worker
+  with an empty data directory, then the same worker again with the data
+  directory it left, each from the spawn to ``GET /ready`` answering 200 and
+  ``GET /roles/`` listing every role as the first recovered worker did, and
+  each recovery's own time from its start to its end, as the worker logs it
+  (``:phase``, ``:kept-phase``). Baselines ``aiokafka-raw``: one
+  read_committed consumer reading the changelog to its end, keeping the last
+  value of each key (a restore's least work), in the bench's process and in
+  a process of its own from spawn to exit (``:spawned``).
 - ``event-latency``: from a lease record's commit (a transactional producer
   of the bench) to the worker's ``elected`` event being read by a
   read_committed subscriber of the events topic, per commit interval
@@ -29,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
+import sys
 import time
 from typing import Any
 
@@ -40,6 +47,8 @@ from bench.stats import Result
 PARTITIONS = fold.PARTITIONS
 FOLD_TIMEOUT = 1800.0
 """Seconds a worker may take to fold its state topic before the trial fails."""
+RECOVERY_VERSIONS = 10
+"""Values per role in worker-recovery's changelog: 10 000 roles make 100 000 records."""
 READY_TIMEOUT = 600.0
 """Seconds a worker may take from its spawn to ready with its roles listed. A
 10 000-role recovery takes about 13 s; a trial that never got there (a worker
@@ -147,69 +156,201 @@ async def worker_fold(bench: Bench) -> None:
 
 async def worker_recovery(bench: Bench) -> None:
     roles = bench.recovery_roles or (1_000 if bench.quick else 10_000)
+    versions = RECOVERY_VERSIONS
     trials = 1 if bench.quick else max(1, min(bench.trials, 3))
     group = WorkerGroup(bench, "recovery", PARTITIONS)
     group.create_topics()
-    # One lease per role: the table holds `roles` values; the fold is not what is timed.
-    filled = await fold.fill(bench, group.state_topic, roles * 3, leases=1)
-    times: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
-    startups: list[float] = []
+    written = await _write_changelog(bench, group.changelog, roles, versions)
+    samples: dict[str, list[float]] = {name: [] for name in (
+        "empty", "empty-phase", "kept", "kept-phase", "raw", "raw-spawned", "startup")}
+    read: dict[str, list[int]] = {"empty": [], "kept": []}
+    reference: dict[str, dict[str, Any]] | None = None
     async with _session() as session:
-        worker, _ = await _folded(bench, group, session)
-        try:
-            _, body = await worker.get(session, "/roles/")
-            reference = _rows(body) or {}
-        finally:
-            await worker.stop()
-        if len(reference) != roles:
-            raise RuntimeError(f"worker-recovery: the folding worker lists {len(reference)} "
-                               f"roles, not {roles}")
-        changelog_records = 0
         for i in range(trials):
             order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
             for system in order:
                 if system == "aiokafka-raw":
-                    table: dict[bytes, bytes] = {}
-
-                    async def keep(messages: list[Any],
-                                   table: dict[bytes, bytes] = table) -> None:
-                        for message in messages:
-                            table[message.key] = message.value
-                    started = time.perf_counter()
-                    changelog_records = await fold.consume(bench, group.changelog, keep)
-                    times[system].append(time.perf_counter() - started)
-                    if len(table) != roles:
-                        raise RuntimeError(f"worker-recovery: the changelog holds "
-                                           f"{len(table)} roles, not {roles}")
+                    samples["raw"].append(await _raw_restore(bench, group.changelog, roles))
+                    samples["raw-spawned"].append(
+                        await _raw_restore_spawned(bench, group.changelog, roles))
                     continue
+                # Without local state: a data directory of its own, empty.
                 worker = group.start()
                 try:
-                    times[system].append(await _recovered(worker, session, reference))
+                    if reference is None:
+                        reference = await _recovered_roles(worker, session, roles, versions)
+                        samples["empty"].append(time.perf_counter() - worker.started)
+                    else:
+                        samples["empty"].append(await _recovered(worker, session, reference))
                 finally:
                     await worker.stop()
-                # The same worker with nothing to recover: what the process start,
-                # the group join and the first probe cost by themselves.
+                phase, records = _recovery_logged(worker)
+                samples["empty-phase"].append(phase)
+                read["empty"].append(records)
+                # The same worker again, with the data directory it left.
+                again = group.start(data_dir=worker.data_dir)
+                try:
+                    samples["kept"].append(await _recovered(again, session, reference))
+                finally:
+                    await again.stop()
+                phase, records = _recovery_logged(again)
+                samples["kept-phase"].append(phase)
+                read["kept"].append(records)
+                # A worker of a new group with nothing to recover: what the process
+                # start, the group join and the first probe cost by themselves.
                 empty = WorkerGroup(bench, f"recovery-empty-{i}", PARTITIONS)
                 empty.create_topics()
                 worker = empty.start()
                 try:
-                    startups.append(await _recovered(worker, session, {}))
+                    samples["startup"].append(await _recovered(worker, session, {}))
                 finally:
                     await worker.stop()
-            print(f"  [worker-recovery] trial {i + 1}/{trials}: krabka "
-                  f"{times['krabka'][-1]:.2f} s, raw {times['aiokafka-raw'][-1]:.2f} s",
+            print(f"  [worker-recovery] trial {i + 1}/{trials}: empty data directory "
+                  f"{samples['empty'][-1]:.2f} s (recovery {samples['empty-phase'][-1]:.2f} s, "
+                  f"{read['empty'][-1]} records), kept {samples['kept'][-1]:.2f} s (recovery "
+                  f"{samples['kept-phase'][-1]:.3f} s, {read['kept'][-1]} records); raw "
+                  f"{samples['raw'][-1]:.2f} s, spawned {samples['raw-spawned'][-1]:.2f} s",
                   flush=True)
-    config = bench.config(roles=roles, state_records=filled, partitions=PARTITIONS,
-                          changelog_records=changelog_records, trials_run=trials)
-    bench.add(Result("worker-recovery", "krabka", "s", times["krabka"],
-                     {**config, "what": "spawn with an empty data directory to /ready 200 "
-                                        "and GET /roles/ equal to the folding worker's"}))
-    bench.add(Result("worker-recovery", "aiokafka-raw", "s", times["aiokafka-raw"],
-                     {**config, "what": "read_committed consumer: the role_state changelog "
-                                        "to its end, last value per key"}))
-    bench.add(Result("worker-recovery", "krabka", "s", startups,
-                     {**config, "what": "the same on a new group with no state records"},
+    config = bench.config(roles=roles, changelog_records=written, versions_per_role=versions,
+                          partitions=PARTITIONS, trials_run=trials)
+    spawn = "spawn to /ready 200 and GET /roles/ equal to the first recovered worker's"
+    bench.add(Result("worker-recovery", "krabka", "s", samples["empty"],
+                     {**config, "what": f"{spawn}, empty data directory"},
+                     extra={"records_read": read["empty"]}))
+    bench.add(Result("worker-recovery", "krabka", "s", samples["empty-phase"],
+                     {**config, "what": "the recovery, from its start to its end as the worker "
+                                        "logs it, empty data directory"},
+                     metric="phase", extra={"records_read": read["empty"]}))
+    bench.add(Result("worker-recovery", "krabka", "s", samples["kept"],
+                     {**config, "what": f"{spawn}, the data directory the worker before left"},
+                     metric="kept", extra={"records_read": read["kept"]}))
+    bench.add(Result("worker-recovery", "krabka", "s", samples["kept-phase"],
+                     {**config, "what": "the recovery, from its start to its end as the worker "
+                                        "logs it, the data directory the worker before left"},
+                     metric="kept-phase", extra={"records_read": read["kept"]}))
+    bench.add(Result("worker-recovery", "aiokafka-raw", "s", samples["raw"],
+                     {**config, "what": "read_committed consumer in the bench's process: the "
+                                        "role_state changelog to its end, last value per key"}))
+    bench.add(Result("worker-recovery", "aiokafka-raw", "s", samples["raw"],
+                     {**config, "what": "the same read, the phase to compare with"},
+                     metric="phase"))
+    bench.add(Result("worker-recovery", "aiokafka-raw", "s", samples["raw-spawned"],
+                     {**config, "what": "the same read in a process of its own "
+                                        "(bench.raw_restore), spawn to exit"},
+                     metric="spawned"))
+    bench.add(Result("worker-recovery", "krabka", "s", samples["startup"],
+                     {**config, "what": "spawn to /ready 200 on a new group with nothing "
+                                        "to recover"},
                      metric="startup"))
+
+
+async def _write_changelog(bench: Bench, topic: str, roles: int, versions: int) -> int:
+    """`versions` values of each of `roles` roles in the role_state changelog, as a
+    worker's exactly-once commits leave it (committed transactions, the last value
+    of each role last); returns the records written. The topic is created here, as
+    Faust would create it (compacted, `PARTITIONS` partitions)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from agents.fold import role_value
+    from coordination import RoleState, role_partition
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bench.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1,
+                                            topic_configs={"cleanup.policy": "compact"})])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bench.bootstrap,
+                                transactional_id=f"{topic}-writer", linger_ms=20,
+                                max_batch_size=512 * 1024)
+    await producer.start()
+    written = 0
+    try:
+        for version in range(versions):
+            async with producer.transaction():
+                sends = []
+                for i in range(roles):
+                    role = f"acme.recovered-{i:06d}"
+                    partition = role_partition(role, PARTITIONS)
+                    value = role_value.RoleValue(RoleState(role=role), partition,
+                                                 last_offset=version)
+                    sends.append(await producer.send(topic, role_value.encode(value),
+                                                     key=role.encode(), partition=partition))
+                await asyncio.gather(*sends)
+                written += len(sends)
+    finally:
+        await producer.stop()
+    return written
+
+
+async def _raw_restore(bench: Bench, topic: str, roles: int) -> float:
+    """Seconds one read_committed consumer of the bench's process takes to read
+    `topic` to its end, keeping the last value of each key."""
+    table: dict[bytes, bytes] = {}
+
+    async def keep(messages: list[Any]) -> None:
+        for message in messages:
+            table[message.key] = message.value
+    started = time.perf_counter()
+    await fold.consume(bench, topic, keep)
+    took = time.perf_counter() - started
+    if len(table) != roles:
+        raise RuntimeError(f"worker-recovery: the changelog holds {len(table)} roles, "
+                           f"not {roles}")
+    return took
+
+
+async def _raw_restore_spawned(bench: Bench, topic: str, roles: int) -> float:
+    """Seconds from the spawn of `bench.raw_restore` reading `topic` to its exit."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.raw_restore", bench.bootstrap, topic,
+        cwd=procs.ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), READY_TIMEOUT)
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    took = time.perf_counter() - started
+    if process.returncode != 0 or int(out.split()[1]) != roles:
+        raise RuntimeError(f"worker-recovery: bench.raw_restore exited {process.returncode}: "
+                           f"{out.decode()!r} {err.decode()[-500:]!r}")
+    return took
+
+
+async def _recovered_roles(worker: AppWorker, session: Any, roles: int,
+                           versions: int) -> dict[str, dict[str, Any]]:
+    """``GET /roles/`` once the worker is ready listing `roles` roles, each at its last
+    value (the offset the writer gave it)."""
+    async def listed() -> dict[str, dict[str, Any]] | None:
+        status, _ = await worker.get(session, "/ready")
+        if status != 200:
+            return None
+        status, body = await worker.get(session, "/roles/")
+        rows = _rows(body) if status == 200 else None
+        if rows is None or len(rows) != roles:
+            return None
+        if any(row.get("offset") != versions - 1 for row in rows.values()):
+            return None
+        return rows
+    return await worker.until(listed, READY_TIMEOUT, "ready with every role at its last value")
+
+
+RECOVERY_LINE = re.compile(
+    r"table recovery complete in ([0-9.]+) s from its start \((\d+) changelog records read\)")
+
+
+def _recovery_logged(worker: AppWorker) -> tuple[float, int]:
+    """The seconds the worker's table recoveries took, from each one's start to its end,
+    and the changelog records they read, as the worker logged them (summed: a lone
+    worker's start is usually one recovery)."""
+    found = RECOVERY_LINE.findall(worker.log.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"worker-recovery: no recovery logged in {worker.log}")
+    return sum(float(s) for s, _ in found), sum(int(n) for _, n in found)
 
 
 async def _recovered(worker: AppWorker, session: Any,

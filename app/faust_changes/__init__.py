@@ -7,13 +7,14 @@ changes that apply to the installed versions. The app takes them where Faust
 lets an app choose its classes: its transport (``App._new_transport``: the
 driver the broker URL names, subclassed), whose ``Consumer``, ``Producer`` and
 ``TransactionManager`` attributes are the worker's; its ``TableManager``
-setting; and its flow control (``App.flow_control``). Where Faust builds an
+and ``Table`` settings; and its flow control (``App.flow_control``). Where Faust builds an
 object by a literal class name, with no setting for it, the smallest override
 builds the worker's class instead, named by a class attribute as Faust's
 transport names its consumer: the consumer's thread
 (``Consumer._new_consumer_thread``, ``ConsumerThread``), the producer's buffer
 (``Producer.__init__``, ``ProducerBuffer``), the table manager's recovery
-(``TableManager.recovery``, ``Recovery``) and aiokafka's sender
+(``TableManager.recovery``, ``Recovery``), a table's RocksDB store
+(``Table._new_store_by_url``, ``RocksDBStore``) and aiokafka's sender
 (`WorkerClientProducer`).
 
 No class attribute of Faust, mode or aiokafka is changed, so another app in the
@@ -31,8 +32,10 @@ from importlib import metadata
 from typing import Any
 
 import faust
+from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
+from faust.tables.table import Table
 from faust.transport import consumer as faust_consumer
 from faust.transport import drivers
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -64,7 +67,14 @@ class WorkerClasses:
     """Changes written for other versions than the installed ones (``exact``)."""
     transport: type[faust_aiokafka.Transport]
     table_manager: type[TableManager]
+    table: type[Table]
     flow_control: type[FlowControlEvent]
+
+    @property
+    def keeps_local_tables(self) -> bool:
+        """Whether a table's local store holds only committed changelog records with
+        their offset (FAUST-17), so a worker's data directory outlives its process."""
+        return any(Seam.STORE in change.mixins for change in self.applied)
 
 
 def _subclass(name: str, base: type, changes: tuple[Change, ...], seam: Seam,
@@ -113,10 +123,12 @@ def _classes_for(versions: tuple[tuple[str, str], ...]) -> WorkerClasses:
         "TransactionManager": transactions})
     table_manager = _subclass("WorkerTableManager", TableManager, applied, Seam.TABLE_MANAGER,
                               {"recovery": property(recovery_of), "Recovery": recovery})
+    store = _subclass("WorkerRocksDBStore", RocksDBStore, applied, Seam.STORE)
+    table = _subclass("WorkerTable", Table, applied, Seam.TABLE, {"RocksDBStore": store})
     flow_control = _subclass("WorkerFlowControlEvent", FlowControlEvent, applied,
                              Seam.FLOW_CONTROL)
     return WorkerClasses(applied=applied, left_out=left_out, transport=transport,
-                         table_manager=table_manager, flow_control=flow_control)
+                         table_manager=table_manager, table=table, flow_control=flow_control)
 
 
 def classes(versions: Mapping[str, str] | None = None) -> WorkerClasses:
@@ -129,8 +141,8 @@ class ChangedApp(faust.App):
     """A Faust app built of the worker's classes (`classes`): its transport, table
     manager and flow control carry the changes of `app.faust_changes.registry`.
 
-    An app given its own ``TableManager`` setting keeps it, without the table
-    manager's changes."""
+    An app given its own ``TableManager`` or ``Table`` setting keeps it, without
+    that class's changes."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.worker_classes = classes()
@@ -140,6 +152,7 @@ class ChangedApp(faust.App):
                         ", ".join(change.id for change in self.worker_classes.left_out),
                         ", ".join(each.requirement for each in (FAUST, MODE)))
         kwargs.setdefault("TableManager", self.worker_classes.table_manager)
+        kwargs.setdefault("Table", self.worker_classes.table)
         super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> Any:

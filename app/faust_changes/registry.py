@@ -21,7 +21,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.faust_changes import fetching, producing, recovering
+from app.faust_changes import fetching, persisting, producing, recovering
 from app.faust_internals import FAUST, MODE
 from coordination.kafka.aiokafka_internals import AIOKAFKA
 from coordination.versions import DependencyRange
@@ -51,6 +51,10 @@ class Seam(enum.Enum):
     """Through the app's ``TableManager`` setting."""
     RECOVERY = "faust.tables.recovery:Recovery"
     """Through the worker's table manager, which builds its recovery."""
+    TABLE = "faust.tables.table:Table"
+    """Through the app's ``Table`` setting."""
+    STORE = "faust.stores.rocksdb:Store"
+    """Through the worker's table, which builds its RocksDB store (``Table._new_store_by_url``)."""
     FLOW_CONTROL = "mode.utils.queues:FlowControlEvent"
     """Through the worker's app (``App.flow_control``)."""
 
@@ -255,6 +259,40 @@ CHANGES: tuple[Change, ...] = (
         written_for=(FAUST,), exact=False,
         upstream=f"{UNFILED}; no upstream issue found",
         mixins={Seam.PRODUCER: producing.AtLeastOnceFlushDrains}),
+    Change(
+        id="FAUST-17", kind=Kind.SPEED,
+        title="A restarted worker cannot trust its data directory, so it reads every "
+              "changelog whole",
+        invariant="A table partition's RocksDB holds exactly the changelog's committed "
+                  "records up to the offset it records, written in one batch with it: a "
+                  "restart reads only the records after it, and a store whose offset is "
+                  "outside the changelog's committed range is wiped and read whole. The "
+                  "fold reads and writes the values in memory.",
+        touches=("faust.tables.base:Collection._new_store_by_url",
+                 "faust.tables.base:Collection.send_changelog",
+                 "faust.tables.manager:TableManager.on_commit",
+                 "faust.transport.consumer:Consumer._commit_offsets",
+                 "faust.tables.recovery:Recovery._build_offsets",
+                 "faust.tables.recovery:Recovery.active_highwaters",
+                 "faust.tables.recovery:Recovery.tp_to_table",
+                 "faust.tables.recovery:Recovery.on_recovery_completed",
+                 "faust.tables.recovery:Recovery._recovery_started_at",
+                 "faust.stores.rocksdb:Store._db_for_partition",
+                 "faust.stores.rocksdb:Store._dbs",
+                 "faust.stores.rocksdb:Store._visible_items",
+                 "faust.stores.rocksdb:Store._key_index",
+                 "faust.stores.rocksdb:Store.offset_key",
+                 "faust.stores.rocksdb:Store.revoke_partitions",
+                 "faust.stores.rocksdb:Store.reset_state",
+                 "faust.stores.base:SerializedStore._encode_key",
+                 "faust.stores.base:SerializedStore._encode_value"),
+        written_for=(FAUST, MODE), exact=True,
+        upstream=f"{UNFILED}; no upstream issue found",
+        mixins={Seam.TABLE: persisting.RecordsSent,
+                Seam.STORE: persisting.InMemoryCommitted,
+                Seam.CONSUMER: persisting.CommitMarked,
+                Seam.TABLE_MANAGER: persisting.CommitPersists,
+                Seam.RECOVERY: persisting.LocalStateChecked}),
     Change(
         id="AIOKAFKA-1", kind=Kind.BUG,
         title="A connection lost during FindCoordinator ends a transactional producer",

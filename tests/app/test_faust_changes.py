@@ -29,6 +29,7 @@ from aiokafka.errors import (
 )
 from aiokafka.producer.sender import Sender
 from aiokafka.protocol.fetch import FetchRequest_v4
+from faust.stores import rocksdb as faust_rocksdb
 from faust.tables import manager as faust_tables_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
@@ -132,6 +133,7 @@ def _mixins(worker_classes) -> set[type]:
     built = (transport.Consumer, transport.Consumer.ConsumerThread, transport.Producer,
              transport.Producer.ProducerBuffer, transport.TransactionManager,
              worker_classes.table_manager, worker_classes.table_manager.Recovery,
+             worker_classes.table, worker_classes.table.RocksDBStore,
              worker_classes.flow_control)
     return {cls for each in built for cls in each.__mro__}
 
@@ -279,9 +281,10 @@ def test_the_recovery_still_ends_a_partition_at_the_main_loop_consumer_s_positio
     assert issubclass(faust_aiokafka.Consumer, faust_consumer.ThreadDelegateConsumer)
 
 
-def test_the_worker_s_app_is_built_of_the_worker_s_classes_and_another_app_is_not():
-    worker = _app("change-test-scoped")
-    plain = faust.App("change-test-plain", broker="kafka://127.0.0.1:1", store="memory://")
+def test_the_worker_s_app_is_built_of_the_worker_s_classes_and_another_app_is_not(tmp_path):
+    worker = _app("change-test-scoped", datadir=tmp_path / "worker")
+    plain = faust.App("change-test-plain", broker="kafka://127.0.0.1:1", store="memory://",
+                      datadir=tmp_path / "plain")
     transport = worker.worker_classes.transport
     assert type(worker.transport) is transport
     assert type(worker.consumer) is transport.Consumer
@@ -291,6 +294,9 @@ def test_the_worker_s_app_is_built_of_the_worker_s_classes_and_another_app_is_no
     assert type(worker.tables) is worker.worker_classes.table_manager
     assert type(worker.tables.recovery) is worker.worker_classes.table_manager.Recovery
     assert type(worker.flow_control) is worker.worker_classes.flow_control
+    assert type(worker.Table("scoped")) is worker.worker_classes.table
+    assert type(worker.Table("stored")._new_store_by_url("rocksdb://")) is (
+        worker.worker_classes.table.RocksDBStore)
     assert type(plain.transport) is faust_aiokafka.Transport
     assert type(plain.consumer) is faust_aiokafka.Consumer
     assert type(plain.consumer._thread) is faust_aiokafka.AIOKafkaConsumerThread
@@ -299,6 +305,7 @@ def test_the_worker_s_app_is_built_of_the_worker_s_classes_and_another_app_is_no
     assert type(plain.tables) is faust_tables_manager.TableManager
     assert type(plain.tables.recovery) is faust_recovery.Recovery
     assert type(plain.flow_control) is FlowControlEvent
+    assert type(plain.Table("plain")._new_store_by_url("rocksdb://")) is faust_rocksdb.Store
     assert type(plain.tables.changelog_queue) is not recovering.RecoveryQueue
 
 
