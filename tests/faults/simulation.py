@@ -49,6 +49,11 @@ at the broker refuses a deposed leader, so the checks are the readers':
   superseded term (a zombie) whose process runs must notice within
   `ZOMBIE_LEASES` leases of running time (its tenure ends): at worst the
   tail read in flight and the next one, each delayed up to a lease;
+- the function of a deposed term leader ends within its fence deadline
+  plus the runner's bound on stopping it, of its process's running time
+  after the higher claim (`_check_deposed_functions` derives the bound);
+- no term is won twice: the winner of the highest term in each live
+  leader's own fold is the claim that won it in the whole log;
 - after the run, faults stop, every paused process resumes and the cluster
   runs `SETTLE_LEASES` more leases, so each zombie gets the chance to wake;
   then `check_term_history` replays each role's output partition through a
@@ -58,7 +63,7 @@ at the broker refuses a deposed leader, so the checks are the readers':
 
 **Library faults** (`LibraryFaults`, drawn per seed from its own random
 stream, each kind switched on by name: `LIBRARY_FAULTS`, ``--faults``):
-the program around the library misbehaves. Observers raise at random calls
+the program around the library, or its consumer, misbehaves. Observers raise at random calls
 (``observer``); each process's `Admission` raises from `lease_written` at
 random calls (``admission``); a transport call of a process cancels one
 of its runners' tasks at random (``cancel``: the runner is then cancelled
@@ -66,7 +71,12 @@ at whatever it awaits, and a new runner for the role starts a moment
 later, as a supervisor would start it); a cancelled function ignores the
 cancellation for a random time (``stubborn``); and the roles run under
 ``placement="balanced"`` with a `Rebalancer` in each process, the members
-hosting the different role sets the seed drew (``balanced``). The runs
+hosting the different role sets the seed drew (``balanced``); in term
+mode, a member's terms tail (a leader's more often than not) fails once,
+stalls (delivers nothing for 0.3 to 4 leases) or lags (every read 0.1 to 1
+lease late, for 1 to 4 leases), every 2 or 5 leases on average (``tail``;
+the tail's follower reads again, and a campaign whose tail failed is
+campaigned again by its runner). The runs
 check, besides the above (`tests.faults.history`):
 
 - no tenure outlives its runner by more than one renew interval of its

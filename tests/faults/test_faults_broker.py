@@ -17,7 +17,8 @@ the end, also when a test fails; each test uses fresh topics and a fresh role.
   a refused ``ip`` command fails the test with the refusal.
 - Term mode, in-process members: a term leader's terms tail reads again
   after the broker restarts (its heartbeats are read back, and a higher claim
-  made afterwards ends its tenure), term candidates waiting across the
+  made afterwards ends its tenure), and so does one whose terms tail fails
+  (a fetch error no retry outlasts), term candidates waiting across the
   restart elect the next in rank when the leader resigns afterwards, and
   three term-mode runners through three broker crashes (5 s down each) are
   back to exactly one running function within 30 s of each return, no two
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiokafka.errors
 import pytest
 
 from coordination import (
@@ -73,7 +75,11 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.faults.fault_run import FaultReport, FaultRun, Timing
-from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
+from tests.support.kafka_io import (
+    create_state_and_output_topics,
+    failing_fetches,
+    terms_topic_of,
+)
 from tests.support.lease_io import write_lease
 from tests.support.polling import eventually
 from tests.support.ports import free_port
@@ -675,6 +681,42 @@ async def test_a_term_leaders_tail_reads_again_after_a_broker_restart_and_sees_a
         broker.start()
         restarted = leader.fence_deadline_monotonic
         await fence_moves_past(leader, restarted)
+        assert not leader.fenced()
+        claimant = await members.open()
+        claimed_at = time.monotonic()
+        await claimant.append_term(members.partition,
+                                   encode_term_key(claim_key(members.role, "z", 2)),
+                                   encode_claim(Claim("z", 2, now_ms())))
+        await asyncio.wait_for(leader.done, TIMEOUT)
+        assert isinstance(leader.err, FencedError)
+        assert "z claimed term 2" in str(leader.err)
+        assert time.monotonic() - claimed_at < TERM_TIMING["lease_duration"] / 2
+
+
+async def test_a_term_leaders_tail_that_fails_reads_again_and_sees_a_higher_claim(
+    broker, monkeypatch
+):
+    """The leader's terms tail fails (a fetch error no retry outlasts: every
+    tail of the transport fails once). The tenure opens its tail again: its
+    heartbeats are read back once more (its fence deadline moves on), and a
+    claim of a higher term made afterwards ends the tenure when it reads it,
+    long before its fence deadline."""
+    async with term_members(broker) as members:
+        transport = await members.open()
+        leadership = await acquire_leadership(
+            transport, members.role, "a", partitions=4, fencing="term",
+            outputs=[members.output_topic], **TERM_TIMING)
+        assert isinstance(leadership, TermLeadership)
+        leader = leadership
+        await fence_moves_past(leader, leader.fence_deadline_monotonic)
+        raised = failing_fetches(
+            transport, aiokafka.errors.TopicAuthorizationFailedError(), monkeypatch)
+
+        async def failed() -> list[BaseException]:
+            return raised
+
+        await eventually(failed, bool, within=TIMEOUT)
+        await fence_moves_past(leader, leader.fence_deadline_monotonic)
         assert not leader.fenced()
         claimant = await members.open()
         claimed_at = time.monotonic()
