@@ -5,7 +5,8 @@ one core), and `TERM_CI_SEEDS` of the same seeds again in term mode (every
 member with ``fencing="term"``; the figure is in docs/reliability.md). Each
 seed also draws the library faults it runs with (`LibraryFaults`: observers
 and admissions that raise, runner tasks cancelled, functions that ignore
-cancellation, balanced placement over different role sets); ``--faults``
+cancellation, balanced placement over different role sets, in term mode
+terms tails that fail, stall and lag); ``--faults``
 names the kinds a run may draw (``--faults none`` for none). Each
 failure message starts with the command that replays its seed and prints
 its whole trace:
