@@ -49,6 +49,11 @@ at the broker refuses a deposed leader, so the checks are the readers':
   superseded term (a zombie) whose process runs must notice within
   `ZOMBIE_LEASES` leases of running time (its tenure ends): at worst the
   tail read in flight and the next one, each delayed up to a lease;
+- the function of a deposed term leader ends within its fence deadline
+  plus the runner's bound on stopping it, of its process's running time
+  after the higher claim (`_check_deposed_functions` derives the bound);
+- no term is won twice: the winner of the highest term in each live
+  leader's own fold is the claim that won it in the whole log;
 - after the run, faults stop, every paused process resumes and the cluster
   runs `SETTLE_LEASES` more leases, so each zombie gets the chance to wake;
   then `check_term_history` replays each role's output partition through a
@@ -58,7 +63,7 @@ at the broker refuses a deposed leader, so the checks are the readers':
 
 **Library faults** (`LibraryFaults`, drawn per seed from its own random
 stream, each kind switched on by name: `LIBRARY_FAULTS`, ``--faults``):
-the program around the library misbehaves. Observers raise at random calls
+the program around the library, or its consumer, misbehaves. Observers raise at random calls
 (``observer``); each process's `Admission` raises from `lease_written` at
 random calls (``admission``); a transport call of a process cancels one
 of its runners' tasks at random (``cancel``: the runner is then cancelled
@@ -66,7 +71,12 @@ at whatever it awaits, and a new runner for the role starts a moment
 later, as a supervisor would start it); a cancelled function ignores the
 cancellation for a random time (``stubborn``); and the roles run under
 ``placement="balanced"`` with a `Rebalancer` in each process, the members
-hosting the different role sets the seed drew (``balanced``). The runs
+hosting the different role sets the seed drew (``balanced``); in term
+mode, a member's terms tail (a leader's more often than not) fails once,
+stalls (delivers nothing for 0.3 to 4 leases) or lags (every read 0.1 to 1
+lease late, for 1 to 4 leases), every 2 or 5 leases on average (``tail``;
+the tail's follower reads again, and a campaign whose tail failed is
+campaigned again by its runner). The runs
 check, besides the above (`tests.faults.history`):
 
 - no tenure outlives its runner by more than one renew interval of its
@@ -96,7 +106,7 @@ import itertools
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import coordination.runner as runner_module
@@ -119,6 +129,7 @@ from coordination import (
     TenureStop,
     TermKind,
     TermLeadership,
+    TransportError,
     decode_key,
     decode_lease,
     decode_term_key,
@@ -153,11 +164,15 @@ LIVELOCK_LEASES = 20
 ZOMBIE_LEASES = 3
 SETTLE_LEASES = 3
 REPLAY = "python -m tests.faults.simulation --seed {seed} --leases {leases}"
-LIBRARY_FAULTS = ("observer", "admission", "cancel", "stubborn", "balanced")
+LIBRARY_FAULTS = ("observer", "admission", "cancel", "stubborn", "balanced", "tail")
 
 
 class PlantedFault(Exception):
     """An error the simulation makes the program around the library raise."""
+
+
+class PlantedTailError(TransportError):
+    """A read of a terms tail that the simulation makes fail."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +182,9 @@ class LibraryFaults:
     Probabilities are per call: of an observer method raising, of an
     admission's `lease_written` raising, of a transport call cancelling one
     of its process's runner tasks; `stubborn` is the chance a cancelled
-    function ignores it, for up to `stubborn_ms`.
+    function ignores it, for up to `stubborn_ms`. `tail_gap` is the mean
+    time in seconds between faults of a member's terms tail (term mode only:
+    it fails, stalls or lags; `Simulation._tail_fault`), 0 for none.
     """
 
     observer: float = 0.0
@@ -176,6 +193,7 @@ class LibraryFaults:
     stubborn: float = 0.0
     stubborn_ms: int = 0
     balanced: bool = False
+    tail_gap: float = 0.0
     kinds: tuple[str, ...] = ()
     """The kinds the seed was allowed to draw (what replays it)."""
 
@@ -196,6 +214,7 @@ class LibraryFaults:
             "stubborn": rng.choice((0.0, 0.5, 1.0)),
             "stubborn_ms": round(lease * 1000 * rng.choice((0.5, 1.5, 3.0))),
             "balanced": rng.random() < 0.5,
+            "tail_gap": lease * rng.choice((0.0, 2.0, 5.0)),
         }
         return cls(
             observer=draws["observer"] if "observer" in kinds else 0.0,
@@ -204,6 +223,7 @@ class LibraryFaults:
             stubborn=draws["stubborn"] if "stubborn" in kinds else 0.0,
             stubborn_ms=draws["stubborn_ms"] if "stubborn" in kinds else 0,
             balanced=draws["balanced"] if "balanced" in kinds else False,
+            tail_gap=draws["tail_gap"] if "tail" in kinds else 0.0,
             kinds=tuple(kind for kind in LIBRARY_FAULTS if kind in kinds),
         )
 
@@ -211,13 +231,14 @@ class LibraryFaults:
     def any(self) -> bool:
         """Whether any fault is on."""
         return (self.observer, self.admission, self.cancel, self.stubborn,
-                self.balanced) != (0.0, 0.0, 0.0, 0.0, False)
+                self.balanced, self.tail_gap) != (0.0, 0.0, 0.0, 0.0, False, 0.0)
 
     def describe(self) -> str:
         if not self.any:
             return "none"
         return (f"observer={self.observer} admission={self.admission} cancel={self.cancel} "
-                f"stubborn={self.stubborn} for {self.stubborn_ms}ms balanced={self.balanced}")
+                f"stubborn={self.stubborn} for {self.stubborn_ms}ms balanced={self.balanced} "
+                f"terms tail fault every {_seconds(self.tail_gap or None)}")
 
 
 @dataclass(frozen=True)
@@ -285,6 +306,9 @@ class SimConfig:
         )
         if fencing == "term":  # no producer epochs to exhaust
             config = dataclasses.replace(config, near_exhaustion={}, fencing="term")
+        else:  # no terms tail to fail
+            config = dataclasses.replace(
+                config, library=dataclasses.replace(config.library, tail_gap=0.0))
         return config
 
     @classmethod
@@ -443,6 +467,13 @@ class _Process:
         self.rng = random.Random()
         """The process's own stream for library faults (seeded by the simulation)."""
         self.rebalancer: Rebalancer | None = None
+        self.tail_fails = 0
+        """How many of the next reads of its terms tail fail."""
+        self.tail_stalled_until = 0
+        """Until when (cluster ms) its terms tail delivers nothing."""
+        self.tail_lag_until = 0
+        self.tail_lag_ms = 0
+        """Until when its terms tail delivers every read `tail_lag_ms` late."""
 
     @property
     def running(self) -> bool:
@@ -513,7 +544,10 @@ class _SimObserver(RunnerObserver):
         self.process.planted(self.raising, "lost()")
 
     def campaign_failed(self, role: str, error: BaseException) -> None:
-        if not isinstance(error, ProcessCrashed):
+        # A candidate's follower hands a failed read of its tail to the
+        # campaign's caller, and the runner campaigns again: that is the
+        # retry, not a failure. Nothing else may end a campaign.
+        if not isinstance(error, (ProcessCrashed, PlantedTailError)):
             self.sim.report.errors.append(
                 f"{self.process}: campaigning for {role} raised {error!r}")
         self.process.planted(self.raising, "campaign_failed()")
@@ -575,6 +609,12 @@ class Simulation:
         self.zombie_ms: dict[Leadership, int] = {}
         """Running time of each live tenure of a superseded term, so far."""
         self.term_tenures: dict[str, list[TermTenure]] = {role: [] for role in config.roles}
+        self.won_twice: set[tuple[str, int]] = set()
+        self.deposed: dict[Leadership, tuple[_Process, int]] = {}
+        """Each tenure of a superseded term whose function may still run: its
+        process, and that process's running ms when the higher term was claimed."""
+        self.copies_of: dict[Leadership, list[list[object]]] = {}
+        self.tail_rng = random.Random(f"{config.seed}:terms-tail")
         self.report = SimReport(config.seed, config)
         self.processes: dict[str, _Process] = {}
         self.incarnations: Counter[str] = Counter()
@@ -659,6 +699,8 @@ class Simulation:
         self.stories.clear()
         self.tenure_ended.clear()
         self.copies.clear()
+        self.copies_of.clear()
+        self.deposed.clear()
         gc.collect()
         await quiesce()
         return report
@@ -683,6 +725,8 @@ class Simulation:
             self._schedule(self._next_fault_at(), "fault")
         if config.cleaner_gap is not None:
             self._schedule(self._next_cleaning_at(), "clean")
+        if self.term_mode and self.library.tail_gap:
+            self._schedule(self._next_tail_fault_at(), "tail fault")
         await self._run_until(self.end_ms)
         if self.term_mode:
             self._settle()
@@ -747,6 +791,8 @@ class Simulation:
             process.rng.seed(self.library_rng.getrandbits(64))
         if self.library.cancel:
             transport.delay = self._cancelling(process, transport.delay)
+        if self.term_mode:
+            transport.tail_fault = self._tail_fault(process)
         self.processes[member] = process
         self.every_process.append(process)
         self.changes += 1
@@ -807,6 +853,26 @@ class Simulation:
 
         return delay
 
+    def _tail_fault(self, process: _Process) -> Callable[[str], Awaitable[None]]:
+        """How each read of `process`'s terms tail fares: it fails (the read is
+        lost; the tail is opened again), is held while the tail stalls, or
+        arrives late while it lags."""
+        transport = process.transport
+
+        async def fault(name: str) -> None:
+            if name != "tail_terms":
+                return
+            if process.tail_fails:
+                process.tail_fails -= 1
+                raise PlantedTailError(f"{process}: the terms tail failed (planted)")
+            now = self.clock.now_ms()
+            if now < process.tail_stalled_until:
+                await transport._sleep(process.tail_stalled_until - now)
+            elif now < process.tail_lag_until:
+                await transport._sleep(process.tail_lag_ms)
+
+        return fault
+
     def _candidate(self, process: _Process, role: str) -> asyncio.Task[None]:
         """The library's runner for `role` in `process`, writing history while it leads."""
         config = self.config
@@ -817,6 +883,7 @@ class Simulation:
         async def work(leadership: Leadership) -> None:
             copy: list[object] = [role, process, leadership, self.clock.now_ms(), None, False]
             self.copies.append(copy)
+            self.copies_of.setdefault(leadership, []).append(copy)
             try:
                 while True:
                     try:
@@ -909,7 +976,11 @@ class Simulation:
         ``pause`` / ``freeze`` (`arg`: for that many ms; a frozen clock stops
         too), ``resign`` (`arg`: ``(role, deregister)``), ``slow`` (`arg`:
         ``(call, ms)``: from now on, every answer to the process's `call`
-        arrives that many ms late, e.g. ``"tail_terms"``, a lagging consumer).
+        arrives that many ms late, e.g. ``"tail_terms"``, a lagging consumer),
+        ``tail`` (term mode; `arg`: ``("fail",)``: the next read of
+        the process's terms tail fails; ``("stall", ms)``: it delivers nothing
+        for that long; ``("lag", ms, late_ms)``: for that long every read
+        arrives `late_ms` late).
         """
         self._schedule(self.start_ms + round(seconds * 1000), kind, member, arg)
 
@@ -919,6 +990,10 @@ class Simulation:
     def _next_fault_at(self) -> int:
         assert self.config.fault_gap is not None
         gap = self.rng.expovariate(1 / self.config.fault_gap)
+        return self.clock.now_ms() + max(1, round(gap * 1000))
+
+    def _next_tail_fault_at(self) -> int:
+        gap = self.tail_rng.expovariate(1 / self.library.tail_gap)
         return self.clock.now_ms() + max(1, round(gap * 1000))
 
     def _next_cleaning_at(self) -> int:
@@ -934,6 +1009,9 @@ class Simulation:
         if kind == "fault":
             self._random_fault()
             self._schedule(self._next_fault_at(), "fault")
+        elif kind == "tail fault":
+            self._random_tail_fault()
+            self._schedule(self._next_tail_fault_at(), "tail fault")
         elif kind == "clean":
             self.report.faults["compaction"] += 1
             self.broker.compact(STATE)
@@ -992,6 +1070,21 @@ class Simulation:
             delay = process.transport.delay
             process.transport.delay = lambda name: (
                 (0, late_ms) if name == call else delay(name) if delay else (0, 0))
+        elif kind == "tail" and not process.dead:
+            assert isinstance(arg, tuple)
+            what = arg[0]
+            self.report.faults[f"terms tail {what}"] += 1
+            self.changes += 1
+            if what == "fail":
+                process.tail_fails += 1
+                self._trace(f"{process}: the next read of its terms tail fails")
+            elif what == "stall":
+                process.tail_stalled_until = max(process.tail_stalled_until, now + arg[1])
+                self._trace(f"{process}: its terms tail stalls for {arg[1]}ms")
+            else:
+                process.tail_lag_until = now + arg[1]
+                process.tail_lag_ms = arg[2]
+                self._trace(f"{process}: its terms tail lags {arg[2]}ms for {arg[1]}ms")
         elif kind == "resign" and process.running:
             assert isinstance(arg, tuple)
             role, deregister = arg
@@ -1021,6 +1114,24 @@ class Simulation:
         else:
             kind = "freeze" if rng.random() < 0.5 else "pause"
             self._fire(kind, process.member, round(lease * rng.uniform(0.3, 3)))
+
+    def _random_tail_fault(self) -> None:
+        """A fault of one running member's terms tail, a leader's more often than not."""
+        rng = self.tail_rng
+        running = [p for p in self.processes.values() if p.running]
+        if not running:
+            return
+        leaders = [p for p in running if self._leading(p)]
+        process = rng.choice(leaders if leaders and rng.random() < 0.6 else running)
+        lease = self.config.lease_ms
+        what = rng.choice(("fail", "stall", "lag"))
+        if what == "fail":
+            arg: tuple[object, ...] = ("fail",)
+        elif what == "stall":
+            arg = ("stall", round(lease * rng.uniform(0.3, 4)))
+        else:
+            arg = ("lag", round(lease * rng.uniform(1, 4)), round(lease * rng.uniform(0.1, 1)))
+        self._fire("tail", process.member, arg)
 
     def _crash(self, process: _Process) -> None:
         """The process dies: nothing more reaches the broker, its tasks stop."""
@@ -1075,12 +1186,14 @@ class Simulation:
             self._read_state(now)
         if self.library.balanced:
             self._observe_moves(now)
-        for role in self.config.roles:
-            if self.term_mode:
+        if self.term_mode:
+            for role in self.config.roles:
                 led = self._observe_term(role, now, elapsed)
                 if not self.settling:
                     self._account_leader(role, now, elapsed, led)
-                continue
+            self._check_deposed_functions(now)
+            return
+        for role in self.config.roles:
             current = self.broker.describe(role).token
             self._track_token(role, now, current)
             held = self.leaderships[role]
@@ -1173,6 +1286,9 @@ class Simulation:
         view = self._term_view(role)
         self._track_term(role, at, view)
         live = [(p, lead) for p, lead in self.leaderships[role] if not lead.done.done()]
+        for process, lead in live:
+            assert isinstance(lead, TermLeadership)
+            self._check_won_once(role, at, lead._follower.view, f"{process}'s fold")
         holders = [(p, lead) for p, lead in live if _term(lead) == view.term]
         if len(holders) > 1:
             self.report.invariant_violations.append(
@@ -1194,6 +1310,7 @@ class Simulation:
                 if ran is None:
                     self._trace(f"{process} is a zombie of {role}: term {_term(lead)} < "
                                 f"{view.term}")
+                    self.deposed[lead] = (process, process.running_ms(now))
                     ran = 0
                 elif process.running:
                     ran += elapsed
@@ -1203,6 +1320,62 @@ class Simulation:
                             f"{ran}ms since term {view.term} was claimed")
                 self.zombie_ms[lead] = ran
         return any(p.running for p, _ in holders)
+
+    def _check_won_once(self, role: str, at: str, view: TermView, whose: str) -> None:
+        """No term is won twice: the claim that won the highest term of `view`,
+        a member's fold, is the one that won it in the whole log.
+
+        Only the highest term's winner is acted on, so only it is compared: a
+        fold begun on the compacted partition may name another winner of a
+        lower term (its winning claim settled, a late losing one not yet),
+        which no member acts on.
+        """
+        claim = view.winner(view.term)
+        if claim is None:
+            return
+        first = self._term_view(role).winner(view.term)
+        if (first is None or (first.member, first.offset) != (claim.member, claim.offset)) \
+                and (role, view.term) not in self.won_twice:
+            self.won_twice.add((role, view.term))
+            won = "no claim" if first is None else (
+                f"{first.member}'s claim at offset {first.offset}")
+            self.report.invariant_violations.append(
+                f"{at}: term {view.term} was won twice: by {won} in the whole log, and in "
+                f"{whose} by {claim.member}'s at offset {claim.offset}")
+
+    def _check_deposed_functions(self, now: int) -> None:
+        """A deposed term leader's function ends by its fence deadline, plus the
+        runner's bound on stopping it, of its process's running time.
+
+        Every heartbeat that counts toward a term-mode fence deadline was read
+        back before the higher claim (a tail reads in order, and reading the
+        claim ends the tenure), so it was sent before the claim was written,
+        and so was the claim that won the tenure: the deadline falls at most
+        lease minus margin after the claim on the process's monotonic clock,
+        which runs at least as long as the process does (a pause with the
+        clock running counts toward the deadline, not toward running time; a
+        frozen one toward neither). At the deadline the tenure ends and the
+        runner cancels the function at once, allowing it `stop_timeout` (the
+        simulation passes one lease). The clock moves from one wake-up to the
+        next and every step is observed, so no slack is needed. A function
+        that ignores its cancellation is left running by the runner once that
+        bound passes (its writes are dropped by readers): it is not held to it.
+        """
+        for lead, (process, since) in list(self.deposed.items()):
+            copies = [c for c in self.copies_of.get(lead, ()) if c[4] is None]
+            if not copies and (lead.done.done() or process.dead):
+                del self.deposed[lead]
+                continue
+            bound = lead.options.lease_ms - lead.options.margin_ms + self.config.lease_ms
+            ran = process.running_ms(now) - since
+            late = [c for c in copies if c[5] is not True]
+            if ran > bound and late:
+                del self.deposed[lead]
+                self.report.invariant_violations.append(
+                    f"{lead.role} at t={now - self.start_ms}ms: the function of {process}'s "
+                    f"deposed term {_term(lead)} still runs {ran}ms of running time after a "
+                    f"higher term was claimed, past its fence deadline and stop bound "
+                    f"({bound}ms)")
 
     def _term_view(self, role: str) -> TermView:
         """The role's view of every term record written so far, folded once each.

@@ -17,8 +17,12 @@ the end, also when a test fails; each test uses fresh topics and a fresh role.
   a refused ``ip`` command fails the test with the refusal.
 - Term mode, in-process members: a term leader's terms tail reads again
   after the broker restarts (its heartbeats are read back, and a higher claim
-  made afterwards ends its tenure), and term candidates waiting across the
-  restart elect the next in rank when the leader resigns afterwards.
+  made afterwards ends its tenure), and so does one whose terms tail fails
+  (a fetch error no retry outlasts), term candidates waiting across the
+  restart elect the next in rank when the leader resigns afterwards, and
+  three term-mode runners through three broker crashes (5 s down each) are
+  back to exactly one running function within 30 s of each return, no two
+  functions overlapping by more than the election timeout.
 - The leader's wall clock stepped back while its renewals hang (the broker
   SIGSTOPped): it still stops at its fence deadline, which runs on the
   monotonic clock.
@@ -44,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiokafka.errors
 import pytest
 
 from coordination import (
@@ -70,7 +75,11 @@ from coordination import (
 )
 from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.faults.fault_run import FaultReport, FaultRun, Timing
-from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
+from tests.support.kafka_io import (
+    create_state_and_output_topics,
+    failing_fetches,
+    terms_topic_of,
+)
 from tests.support.lease_io import write_lease
 from tests.support.polling import eventually
 from tests.support.ports import free_port
@@ -627,6 +636,7 @@ async def term_members(broker: Broker) -> AsyncIterator[Any]:
     class Members:
         role = f"fault.role-{uuid.uuid4().hex[:8]}"
         partition = role_partition(role, 4)
+        output_topic = output
 
         async def open(self) -> KafkaTransport:
             transport = KafkaTransport(broker.bootstrap, topic=state,
@@ -683,6 +693,42 @@ async def test_a_term_leaders_tail_reads_again_after_a_broker_restart_and_sees_a
         assert time.monotonic() - claimed_at < TERM_TIMING["lease_duration"] / 2
 
 
+async def test_a_term_leaders_tail_that_fails_reads_again_and_sees_a_higher_claim(
+    broker, monkeypatch
+):
+    """The leader's terms tail fails (a fetch error no retry outlasts: every
+    tail of the transport fails once). The tenure opens its tail again: its
+    heartbeats are read back once more (its fence deadline moves on), and a
+    claim of a higher term made afterwards ends the tenure when it reads it,
+    long before its fence deadline."""
+    async with term_members(broker) as members:
+        transport = await members.open()
+        leadership = await acquire_leadership(
+            transport, members.role, "a", partitions=4, fencing="term",
+            outputs=[members.output_topic], **TERM_TIMING)
+        assert isinstance(leadership, TermLeadership)
+        leader = leadership
+        await fence_moves_past(leader, leader.fence_deadline_monotonic)
+        raised = failing_fetches(
+            transport, aiokafka.errors.TopicAuthorizationFailedError(), monkeypatch)
+
+        async def failed() -> list[BaseException]:
+            return raised
+
+        await eventually(failed, bool, within=TIMEOUT)
+        await fence_moves_past(leader, leader.fence_deadline_monotonic)
+        assert not leader.fenced()
+        claimant = await members.open()
+        claimed_at = time.monotonic()
+        await claimant.append_term(members.partition,
+                                   encode_term_key(claim_key(members.role, "z", 2)),
+                                   encode_claim(Claim("z", 2, now_ms())))
+        await asyncio.wait_for(leader.done, TIMEOUT)
+        assert isinstance(leader.err, FencedError)
+        assert "z claimed term 2" in str(leader.err)
+        assert time.monotonic() - claimed_at < TERM_TIMING["lease_duration"] / 2
+
+
 @pytest.mark.parametrize("stop_signal", BROKER_STOP_SIGNALS)
 async def test_term_candidates_waiting_across_a_broker_restart_elect_the_next_in_rank(
     broker, stop_signal
@@ -717,3 +763,82 @@ async def test_term_candidates_waiting_across_a_broker_restart_elect_the_next_in
             for task in (b, c):
                 task.cancel()
             await asyncio.gather(b, c, return_exceptions=True)
+
+
+BROKER_DOWN = 5.0
+"""Seconds the broker stays down in each crash of the term-mode runners' test."""
+BACK_WITHIN = 30.0
+"""Seconds after the broker's return within which exactly one function runs again."""
+
+
+async def test_term_runners_through_three_broker_crashes_run_one_function_at_a_time(broker):
+    """Three term-mode runners (lease 3 s, the election timeout), each on its
+    own transport, whose functions log when they run on the monotonic clock.
+    The broker is SIGKILLed three times, down 5 s each, and started again on
+    the same data: the leader, unable to read its heartbeats back, stops by
+    its fence deadline; within 30 s of each return exactly one function runs
+    (and goes on running a whole lease); over the whole run no two functions
+    overlap by more than the election timeout."""
+    lease = TIMING.lease
+    intervals: list[list[Any]] = []  # [member, started, ended or None]
+    async with term_members(broker) as members:
+        options = LeadershipOptions(partitions=4, lease_duration=lease,
+                                    renew_interval=TIMING.renew,
+                                    challenge_stagger=TIMING.stagger, fencing="term",
+                                    outputs=(members.output_topic,))
+
+        def work_of(member: str) -> Any:
+            async def work(_leadership: Leadership) -> None:
+                interval = [member, time.monotonic(), None]
+                intervals.append(interval)
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    interval[2] = time.monotonic()
+            return work
+
+        runners = [LeaderRunner(await members.open(), members.role, member, work_of(member),
+                                options=options, retry_interval=0.5, max_backoff=lease)
+                   for member in ("a", "b", "c")]
+        tasks = [runner.start() for runner in runners]
+
+        async def one_settled(within: float) -> float:
+            """Wait until exactly one function has run alone for a whole lease;
+            how long that took to begin."""
+            began = time.monotonic()
+            alone: tuple[Any, float] | None = None
+            while True:
+                now = time.monotonic()
+                running = [i for i in intervals if i[2] is None]
+                if len(running) == 1:
+                    if alone is None or alone[0] is not running[0]:
+                        alone = (running[0], now)
+                    elif now - alone[1] >= lease:
+                        return alone[1] - began
+                else:
+                    alone = None
+                assert now - began < within, (
+                    f"no single function for a lease within {within} s: {intervals}")
+                await asyncio.sleep(0.1)
+
+        try:
+            await one_settled(TIMEOUT)
+            back = []
+            for _ in range(3):
+                broker.kill("KILL")
+                await asyncio.sleep(BROKER_DOWN)  # the outage itself
+                broker.start()
+                back.append(await one_settled(BACK_WITHIN))
+        finally:
+            broker.start()
+            for runner in runners:
+                await runner.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    end = time.monotonic()
+    overlaps = [min(x[2] or end, y[2] or end) - max(x[1], y[1])
+                for i, x in enumerate(intervals) for y in intervals[i + 1:] if x[0] != y[0]]
+    worst = max(overlaps, default=0.0)
+    assert worst <= lease, (worst, intervals)
+    print(f"\nthree broker crashes ({BROKER_DOWN:.0f} s down): one function again "
+          f"{', '.join(f'{s:.1f}' for s in back)} s after each return; "
+          f"{len(intervals)} function runs; the largest overlap of two: {max(worst, 0.0):.2f} s")

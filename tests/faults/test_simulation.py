@@ -5,7 +5,8 @@ one core), and `TERM_CI_SEEDS` of the same seeds again in term mode (every
 member with ``fencing="term"``; the figure is in docs/reliability.md). Each
 seed also draws the library faults it runs with (`LibraryFaults`: observers
 and admissions that raise, runner tasks cancelled, functions that ignore
-cancellation, balanced placement over different role sets); ``--faults``
+cancellation, balanced placement over different role sets, in term mode
+terms tails that fail, stall and lag); ``--faults``
 names the kinds a run may draw (``--faults none`` for none). Each
 failure message starts with the command that replays its seed and prints
 its whole trace:
@@ -122,6 +123,7 @@ def test_the_term_mode_seeds_exercise_every_fault_and_readers_drop_zombie_writes
     for report in reports:
         faults.update(report.faults)
     assert {"crash", "restart", "pause", "freeze", "resign", "compaction"} <= set(faults)
+    assert {"terms tail fail", "terms tail stall", "terms tail lag"} <= set(faults)
     assert sum(r.delayed_calls for r in reports) > 0
     assert sum(r.simultaneous_challenges for r in reports) > 0  # claims that lost
     assert sum(r.zombies for r in reports) > 0
@@ -255,6 +257,33 @@ def test_a_zombie_whose_terms_tail_lags_writes_after_the_barrier_and_readers_dro
                for line in report.trace), report.describe()
 
 
+def test_a_thawed_term_leader_whose_terms_tail_stalls_stops_by_its_fence_deadline():
+    """Frozen past the lease, the leader thaws with its clock behind while
+    its terms tail delivers nothing for six leases: it sees neither the claim
+    of term 2 nor its own heartbeats, which the broker acknowledges all the
+    same. Only a heartbeat read back counts, so its tenure and its function
+    end at its fence deadline, long before the tail reads again."""
+    sim = Simulation(SimConfig.quiet(fencing="term"))
+    sim.at(1.0, "freeze", "@billing", arg=round(LEASE * 2500))
+    sim.at(1.0, "tail", "@billing", arg=("stall", round(LEASE * 6000)))
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.zombies == 1
+    assert 0 < report.longest_zombie_ms <= LEASE * 1000, report.describe()
+    assert any("m1.1 stops leading billing (term 1): fenced" in line
+               and "could not be renewed before the fence deadline" in line
+               for line in report.trace), report.describe()
+
+
+def test_a_term_leader_whose_terms_tail_fails_once_reads_again_and_keeps_the_role():
+    sim = Simulation(SimConfig.quiet(fencing="term"))
+    sim.at(2.0, "tail", "@billing", arg=("fail",))
+    report = run(sim)
+    assert report.ok, report.describe()
+    assert report.faults["terms tail fail"] == 1
+    assert report.histories["billing"].tenures == 1, report.describe()
+
+
 def test_simultaneous_claims_after_a_crash_leave_one_holder_of_the_term():
     members = ("m1", "m2", "m3", "m4", "m5")
     sim = Simulation(SimConfig.quiet(members, stagger={"billing": 0.0}, fencing="term"))
@@ -331,13 +360,21 @@ class ClaimBlindTermsTail(MemoryTransport):
         return WithoutClaims(await super().tail_terms(partition, from_offset, role=role))
 
 
+def without_claims(records, of=None):
+    """`records` less the claims (of member `of`, or of every member)."""
+    return [r for r in records
+            if (key := decode_term_key(r.key)).kind is not TermKind.CLAIM
+            or (of is not None and key.member != of)]
+
+
 class WithoutClaims:
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, of=None) -> None:
         self._inner = inner
+        self._of = of
 
     async def next(self):
         read = await self._inner.next()
-        kept = [r for r in read.records if decode_term_key(r.key).kind is not TermKind.CLAIM]
+        kept = without_claims(read.records, self._of)
         return PartitionRead(kept, read.last_stable_offset, read.high_watermark)
 
     def returned_to(self) -> int:
@@ -345,6 +382,36 @@ class WithoutClaims:
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+class BlindToClaimsOf(MemoryTransport):
+    """A client that never reads `member`'s claims on the terms topic."""
+
+    member = "m1"
+
+    async def read_terms(self, partition):
+        read = await super().read_terms(partition)
+        return PartitionRead(without_claims(read.records, self.member),
+                             read.last_stable_offset, read.high_watermark)
+
+    async def tail_terms(self, partition, from_offset, *, role=None):
+        return WithoutClaims(await super().tail_terms(partition, from_offset, role=role),
+                             self.member)
+
+
+def test_the_simulation_catches_a_term_won_twice():
+    """m2 never reads m1's claim of term 1: seeing no leader, it claims term 1
+    too, and its own fold makes that losing claim the winner."""
+    made = []
+
+    def transports(broker, **kwargs):  # m1's process is made first, with a sound client
+        made.append(None)
+        return (MemoryTransport if len(made) == 1 else BlindToClaimsOf)(broker, **kwargs)
+
+    sim = Simulation(SimConfig.quiet(fencing="term"), transport_factory=transports)
+    report = run(sim)
+    assert any("term 1 was won twice: by m1's claim" in v and "in m2.1's fold by m2's" in v
+               for v in report.invariant_violations), report.describe()
 
 
 def test_the_simulation_catches_compaction_that_loses_the_claims():

@@ -52,7 +52,12 @@ from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
 from coordination.token import FencingToken
 from coordination.transport import PartitionRead
 from tests.support import polling
-from tests.support.kafka_io import committed_values, read_committed, transactional_id_error
+from tests.support.kafka_io import (
+    committed_values,
+    failing_fetches,
+    read_committed,
+    transactional_id_error,
+)
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.loop import run_ready_callbacks
 from tests.support.ports import free_port
@@ -320,23 +325,6 @@ async def test_term_reads_and_tails_share_the_state_topics_consumers(
         for tail in tails:
             await tail.close()
 
-
-def failing_fetches(transport: KafkaTransport, error: BaseException,
-                    monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
-    """The tails' consumer raises `error` from its next fetch, once; the list
-    holds it once raised."""
-    consumer = transport._hub._consumer
-    fetch = consumer.getmany
-    raised: list[BaseException] = []
-
-    async def getmany(*args: Any, **kwargs: Any) -> Any:
-        if not raised:
-            raised.append(error)
-            raise error
-        return await fetch(*args, **kwargs)
-
-    monkeypatch.setattr(consumer, "getmany", getmany)
-    return raised
 
 
 async def test_a_tail_waits_out_a_transient_fetch_error_and_delivers_what_follows(

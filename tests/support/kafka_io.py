@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
@@ -133,3 +135,21 @@ async def transactional_id_error(bootstrap: str, role: str) -> int:
         return (await coordinators.describe(role)).error_code
     finally:
         await coordinators.close()
+
+
+def failing_fetches(transport: KafkaTransport, error: BaseException,
+                    monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
+    """The tails' consumer raises `error` from its next fetch, once; the list
+    holds it once raised."""
+    consumer = transport._hub._consumer
+    fetch = consumer.getmany
+    raised: list[BaseException] = []
+
+    async def getmany(*args: Any, **kwargs: Any) -> Any:
+        if not raised:
+            raised.append(error)
+            raise error
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(consumer, "getmany", getmany)
+    return raised

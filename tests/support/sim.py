@@ -263,7 +263,10 @@ class FaultyTransport:
     ``"tail_terms"``, delayed by `after_ms` only):
     `before_ms` delays the request (a call cancelled meanwhile never reaches
     the broker), `after_ms` the response (the broker has acted; the caller
-    hears of it late, or never if it gives up). After `crash`, calls raise
+    hears of it late, or never if it gives up). `tail_fault(name)`, if set,
+    is awaited on every read of a tail before it is delivered: it may hold
+    the read (a stalled or lagging consumer) or raise (a failed poll: the
+    read is lost). After `crash`, calls raise
     `ProcessCrashed`, those waiting on a pause or a delay at once, and
     responses are lost. Counts what the broker fenced.
     """
@@ -277,6 +280,7 @@ class FaultyTransport:
         self.inner = inner
         self.clock = clock
         self.delay = delay
+        self.tail_fault: Callable[[str], Awaitable[None]] | None = None
         self.dead = False
         self.delayed_calls = 0
         self.fenced_by_broker: Counter[str] = Counter()
@@ -410,7 +414,8 @@ class FaultyTransport:
 
 
 class _FaultyTail:
-    """A tail whose reads arrive late by the response delay of `name`."""
+    """A tail whose reads arrive late by the response delay of `name`, and
+    through the transport's `tail_fault`."""
 
     def __init__(self, transport: FaultyTransport, inner: PartitionTail, name: str) -> None:
         self._transport = transport
@@ -426,6 +431,8 @@ class _FaultyTail:
             _, after = transport.delay(self._name) if transport.delay is not None else (0, 0)
             if after:
                 await transport._sleep(after)
+            if transport.tail_fault is not None:
+                await transport.tail_fault(self._name)
             await transport._pause_point()
         finally:
             self._holding = None
