@@ -1,15 +1,18 @@
 """One system's authority check, made from a process of its own (authority-check).
 
-    python -m bench.authority_client --system krabka --role R --calls N \\
-        --bootstrap-servers B --state-topic T --token PRODUCER_ID:EPOCH
+    python -m bench.authority_client --system krabka --question who-leads|token \\
+        --role R --calls N --bootstrap-servers B --state-topic T --token PRODUCER_ID:EPOCH
     python -m bench.authority_client --system etcd --role R --calls N --etcd HOST:PORT ...
     python -m bench.authority_client --system zookeeper --role R --calls N --zookeeper H:P
 
 A third party asking who leads, as `authority-check` times it: krabka's
-`describe_leadership` (one DescribeTransactions) and `authoritative(token)`;
-etcd's `Election.Leader` (one Range); ZooKeeper's children of the election
-path and the lowest child (two round trips). Each call must find member
-``a`` leading, or the process fails.
+`describe_role_state` (the role's partition of the state topic read to its
+last stable offset: the latest lease and its deadline); etcd's
+`Election.Leader` (one Range); ZooKeeper's children of the election path and
+the lowest child (two round trips). Each call must find member ``a``
+leading, or the process fails. krabka's other question, ``--question
+token``: is the leader's token current (`describe_leadership`, one
+DescribeTransactions, and `authoritative(token)`), which names no leader.
 
 Every system's client runs in a process of its own: in one process the
 clients slow one another down (etcd's gRPC client blocks the event loop
@@ -42,11 +45,18 @@ def emit(event: str, **fields: Any) -> None:
 async def checker(args: argparse.Namespace) -> Check:
     """The call that asks `args.system` who leads `args.role`."""
     if args.system == "krabka":
-        from coordination import FencingToken, describe_leadership
+        from coordination import FencingToken, describe_leadership, describe_role_state
         from coordination.kafka import KafkaTransport
 
         transport = KafkaTransport(args.bootstrap_servers, topic=args.state_topic)
         await transport.start()
+        if args.question == "who-leads":
+            async def who_leads() -> None:
+                state = await describe_role_state(transport, args.role, args.partitions)
+                if state.holder != "a" or state.lease is None \
+                        or state.lease.deadline <= time.time() * 1000:
+                    raise AssertionError(f"krabka: leader {state.lease}")
+            return who_leads
         producer_id, epoch = (int(part) for part in args.token.split(":"))
         token = FencingToken(producer_id, epoch)
 
@@ -98,7 +108,11 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--system", choices=("krabka", "etcd", "zookeeper"), required=True)
+    p.add_argument("--question", choices=("who-leads", "token"), default="who-leads",
+                   help="krabka: who leads (the state topic) or is the token current "
+                        "(DescribeTransactions); the peers answer who leads")
     p.add_argument("--role", required=True)
+    p.add_argument("--partitions", type=int, default=4, help="krabka: the state topic's")
     p.add_argument("--calls", type=int, default=20, help="calls per block")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--bootstrap-servers", default="")

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench import procs
-from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
+from bench.context import DURABILITY, FENCING_SYSTEMS, SYSTEMS, Bench, Timing
 from bench.limits import raise_file_limit
 from bench.plots import DOCS_FOLDER
 from bench.scale_worker import LOOPS
@@ -37,9 +37,11 @@ from coordination.defaults import RENEW_INTERVAL
 
 # The whole Faust worker's figures (bench.worker_figures).
 WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-latency")
-# Figures in the issue's priority order; `all` runs them in this order.
-# The scale figures run last: at their largest N they may exhaust the broker's resources.
-FIGURES = ("codec", "authority-check", "graceful-handover", "crash-failover", "zombie-writes",
+# Figures in the issue's priority order; `all` runs them in this order, except that
+# graceful-handover runs first of the figures that use the servers, so its cold rounds
+# are the first handovers the fresh servers see. The scale figures run last: at their
+# largest N they may exhaust the broker's resources.
+FIGURES = ("codec", "graceful-handover", "authority-check", "crash-failover", "zombie-writes",
            "zombie-in-flight", "fold-throughput", "term-authority-check", *WORKER_FIGURES,
            "roles-scale", "roles-scale-group")
 # The election figures that run krabka once per fencing mode (--fencing).
@@ -86,6 +88,13 @@ def parser() -> argparse.ArgumentParser:
                    help="untimed graceful-handover trials per system before the timed ones, "
                         "so the servers' JIT-compiled code is what is measured (default 60; "
                         "0 with --quick); their times are kept apart in the results")
+    p.add_argument("--cold", type=int, default=10,
+                   help="graceful-handover: its first N rounds of the invocation (warm-up "
+                        "or timed) are also reported apart as graceful-handover:cold; "
+                        "graceful-handover runs first of the server figures (default 10)")
+    p.add_argument("--durability", choices=tuple(DURABILITY), default="default",
+                   help="what reaches the disk: " + "; ".join(
+                       f"{name}: {what}" for name, what in DURABILITY.items()))
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of krabka,etcd,zookeeper")
@@ -173,7 +182,12 @@ def machine() -> dict[str, str]:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-async def run(args: argparse.Namespace, folder: Path) -> Bench:
+TMPFS = Path("/dev/shm")
+"""Where --durability peers-tmpfs keeps the peers' data."""
+
+
+async def run(args: argparse.Namespace, folder: Path, peer_folder: Path) -> Bench:
+    """Run the figures in `folder`; the peers keep their data in `peer_folder`."""
     wanted = [f for f in FIGURES if f in args.figures or "all" in args.figures]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(systems) - set(SYSTEMS)
@@ -189,6 +203,11 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
     bench.warmup = args.warmup if args.warmup is not None else (0 if args.quick else 60)
     if bench.warmup < 0:
         raise SystemExit(f"--warmup must not be negative, got {bench.warmup}")
+    if args.cold < 0:
+        raise SystemExit(f"--cold must not be negative, got {args.cold}")
+    bench.cold = args.cold
+    bench.durability = args.durability
+    bench.fresh_servers = not args.bootstrap_servers
     bench.fencings = [f for f in FENCING_SYSTEMS if f in fencings]
     bench.write_interval = args.write_interval
     bench.tail_wait_ms = args.tail_wait_ms
@@ -248,13 +267,16 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                 print(f"bench: starting Kafka on 127.0.0.1:{args.kafka_port} ...", flush=True)
                 bench.bootstrap = kafka.start()
                 bench.kafka_pids = kafka.pids()
-            await bench.create_topic(bench.state_topic, bench.partitions, compact=True)
+            fsync = bench.durability == "kafka-fsync"
+            await bench.create_topic(bench.state_topic, bench.partitions, compact=True,
+                                     fsync=fsync)
             if "term" in bench.fencings and BY_FENCING & set(wanted):
-                await bench.create_topic(bench.terms_topic, bench.partitions, compact=True)
+                await bench.create_topic(bench.terms_topic, bench.partitions, compact=True,
+                                         fsync=fsync)
         for peer, missing, start in (
-            ("etcd", etcd_missing, lambda: Etcd(folder / "etcd", args.etcd_port,
+            ("etcd", etcd_missing, lambda: Etcd(peer_folder / "etcd", args.etcd_port,
                                                 args.etcd_peer_port)),
-            ("zookeeper", zookeeper_missing, lambda: ZooKeeper(folder / "zookeeper",
+            ("zookeeper", zookeeper_missing, lambda: ZooKeeper(peer_folder / "zookeeper",
                                                               args.zookeeper_port)),
         ):
             if peer not in systems or not needs_peers:
@@ -272,7 +294,9 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                 bench.etcd = endpoint
                 bench.versions["etcd"] = etcd_version()
             else:
+                assert isinstance(server, ZooKeeper)
                 bench.zookeeper = endpoint
+                bench.zookeeper_tick_ms = server.tick_ms
                 bench.versions["zookeeper"] = zookeeper_version()
             bench.systems.append(peer)
         for name in wanted:
@@ -290,6 +314,8 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
                 print(f"bench: figure {name} FAILED after {time.monotonic() - started:.0f} s: "
                       f"{exc!r}", file=sys.stderr, flush=True)
                 continue
+            finally:
+                bench.ran.append(name)
             print(f"bench: figure {name} took {time.monotonic() - started:.0f} s", flush=True)
     finally:
         procs.stop_all()
@@ -300,20 +326,25 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.durability == "peers-tmpfs" and not TMPFS.is_dir():
+        raise SystemExit(f"--durability peers-tmpfs needs {TMPFS} (a tmpfs)")
     folder = Path(tempfile.mkdtemp(prefix="krabka-bench-"))
+    peer_folder = (Path(tempfile.mkdtemp(prefix="krabka-bench-peers-", dir=TMPFS))
+                   if args.durability == "peers-tmpfs" else folder)
     atexit.register(procs.stop_all)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     # The machine may be shared: the load around the run goes with its results.
     load_before = os.getloadavg()
     try:
-        bench = asyncio.run(run(args, folder))
+        bench = asyncio.run(run(args, folder, peer_folder))
     finally:
         procs.stop_all()
-        if not args.keep:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            print(f"bench: kept {folder}", file=sys.stderr)
+        for kept in dict.fromkeys((folder, peer_folder)):
+            if not args.keep:
+                shutil.rmtree(kept, ignore_errors=True)
+            else:
+                print(f"bench: kept {kept}", file=sys.stderr)
     elapsed = time.monotonic() - started
     load_after = os.getloadavg()
     print()
@@ -334,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(), "skipped": bench.skipped, "failed": bench.failed,
             "seconds": round(elapsed),
             "trials": bench.trials, "versions": bench.versions, "fencing": bench.fencings,
+            "durability": {"setting": bench.durability,
+                           "what": DURABILITY[bench.durability]},
             "load_average": {"before": [round(x, 2) for x in load_before],
                              "after": [round(x, 2) for x in load_after],
                              "what": "1, 5 and 15 minute load averages (os.getloadavg)"}},

@@ -21,6 +21,19 @@ SYSTEMS = ("krabka", "etcd", "zookeeper")
 FENCING_SYSTEMS = {"epoch": "krabka", "term": "krabka-term"}
 
 
+# What each --durability makes of the disk writes (every result's configuration says
+# which ran): Kafka does not fsync a write (the OS flushes at its own pace) while
+# etcd and ZooKeeper fsync every write, so two settings even that out, one each way.
+DURABILITY = {
+    "default": "Kafka's topics as configured (no fsync per write); etcd's and ZooKeeper's "
+               "data on the run folder's disk, each fsyncing every write",
+    "peers-tmpfs": "etcd's and ZooKeeper's data on tmpfs (/dev/shm): their fsyncs reach no "
+                   "disk; Kafka's topics as configured",
+    "kafka-fsync": "the state topic (and term mode's terms topic) with flush.messages=1: "
+                   "the broker fsyncs every write to them, as the peers do to their logs",
+}
+
+
 def fencing_of(system: str) -> str | None:
     """The krabka fencing mode `system` runs, or None for a peer."""
     for mode, name in FENCING_SYSTEMS.items():
@@ -60,6 +73,15 @@ class Bench:
     versions: dict[str, str] = field(default_factory=dict)
     warmup: int = 0
     """Untimed graceful-handover trials per system before the timed ones."""
+    cold: int = 10
+    """The first graceful-handover rounds of the invocation, reported apart (cold)."""
+    durability: str = "default"
+    """A key of `DURABILITY`."""
+    fresh_servers: bool = True
+    """The servers were started by this invocation (not ``--bootstrap-servers``)."""
+    ran: list[str] = field(default_factory=list)
+    """The figures this invocation ran before the current one."""
+    zookeeper_tick_ms: int = 200
     write_interval: float = 0.1
     tail_wait_ms: int = 200
     scale_roles: list[int] = field(default_factory=lambda: [100, 1000])
@@ -96,7 +118,7 @@ class Bench:
         """The configuration recorded with each result."""
         return {"lease_s": self.timing.lease, "renew_s": self.timing.renew,
                 "stagger_s": self.timing.stagger, "trials": self.trials, "quick": self.quick,
-                "warmup_trials": self.warmup,
+                "warmup_trials": self.warmup, "durability": self.durability,
                 "versions": self.versions, **more}
 
     def active(self, wanted: tuple[str, ...] = SYSTEMS) -> list[str]:
@@ -153,8 +175,9 @@ class Bench:
     # Topics.
 
     async def create_topic(self, name: str, partitions: int, *, compact: bool = False,
-                           log_append_time: bool = False,
+                           log_append_time: bool = False, fsync: bool = False,
                            configs: dict[str, str] | None = None) -> None:
+        """Create `name` unless it exists; `fsync`: the broker flushes every write."""
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError
 
@@ -163,6 +186,8 @@ class Bench:
             wanted.update({"cleanup.policy": "compact", "segment.ms": "600000"})
         if log_append_time:
             wanted["message.timestamp.type"] = "LogAppendTime"
+        if fsync:
+            wanted["flush.messages"] = "1"
         wanted.update(configs or {})
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()

@@ -1,6 +1,10 @@
 """The figures that compare elections: codec, authority-check, graceful-handover,
 crash-failover (+ deadline-overshoot) and zombie-writes.
 
+The time figures end where every system's election ends alike, at the new
+leader's "leading"; the new leader's first acknowledged write is a row of its
+own (``first-write``), measured for every system too.
+
 Every comparison alternates systems trial by trial in one invocation. Each
 trial of the process figures uses a fresh role (a fresh etcd prefix,
 ZooKeeper path) with exactly one leader and one standby, so the standby is
@@ -124,12 +128,34 @@ async def codec(bench: Bench) -> None:
 # --------------------------------------------------------------------------- authority-check
 
 
-async def authority_check(bench: Bench) -> None:
-    """A third party asks who leads: DescribeTransactions vs etcd Range vs ZK children+get.
+AUTHORITY_QUESTIONS = {
+    "krabka": ("krabka", "who-leads"),
+    "krabka-token": ("krabka", "token"),
+    "etcd": ("etcd", "who-leads"),
+    "zookeeper": ("zookeeper", "who-leads"),
+}
+"""Each authority-check client: its system and its question."""
 
-    Each system's client is a process of its own (`bench.authority_client`);
+AUTHORITY_WHAT = {
+    "krabka": "describe_role_state: the role's partition of the state topic read to its "
+              "last stable offset; its latest lease names member a, deadline not passed",
+    "krabka-token": "describe_leadership: DescribeTransactions to the cached transaction "
+                    "coordinator (1 round trip) + authoritative(token): is this token "
+                    "current, which no peer's read answers",
+    "etcd": "Election.Leader: one Range, prefix, sorted by create revision, limit 1 "
+            "(etcd3 gRPC client)",
+    "zookeeper": "get_children(election path) + get(lowest child) (2 round trips, kazoo)",
+}
+
+
+async def authority_check(bench: Bench) -> None:
+    """A third party asks who leads, every system alike (krabka: the state topic's
+    latest lease; etcd: Election.Leader; ZooKeeper: the lowest child); krabka's
+    "is this token current" (DescribeTransactions) is a row of its own, ``token``.
+
+    Each question's client is a process of its own (`bench.authority_client`);
     the bench asks them for a block of 20 calls each in turn, the order
-    reversed every block, so the systems share the machine's conditions but
+    reversed every block, so the clients share the machine's conditions but
     not a process.
     """
     systems = bench.active()
@@ -143,67 +169,73 @@ async def authority_check(bench: Bench) -> None:
         for system in systems:
             leaders[system] = bench.worker(system, role, "a", output, interval=1.0)
         leading = {s: await wait(c, "leading", 60) for s, c in leaders.items()}
-        for system in systems:
-            args = ["--system", system, "--role", role, "--calls", str(per_block),
-                    "--warmup", str(per_block), "--lease", str(bench.timing.lease),
-                    "--renew", str(bench.timing.renew)]
+        for label, (system, question) in AUTHORITY_QUESTIONS.items():
+            if system not in leaders:
+                continue
+            args = ["--system", system, "--question", question, "--role", role,
+                    "--calls", str(per_block), "--warmup", str(per_block),
+                    "--lease", str(bench.timing.lease), "--renew", str(bench.timing.renew)]
             if system == "krabka":
                 args += ["--bootstrap-servers", bench.bootstrap, "--state-topic",
-                         bench.state_topic, "--token", f"{leading[system]['producer_id']}:"
-                                                       f"{leading[system]['producer_epoch']}"]
+                         bench.state_topic, "--partitions", str(bench.partitions),
+                         "--token", f"{leading[system]['producer_id']}:"
+                                    f"{leading[system]['producer_epoch']}"]
             else:
                 args += [f"--{system}", getattr(bench, system)]
-            clients[system] = procs.python(
-                "bench.authority_client", *args, name=f"authority:{system}",
-                log=bench.folder / "logs" / f"{role}.client.{system}.log")
+            clients[label] = procs.python(
+                "bench.authority_client", *args, name=f"authority:{label}",
+                log=bench.folder / "logs" / f"{role}.client.{label}.log")
         for client in clients.values():
             await wait(client, "ready", 60)
-        samples: dict[str, list[float]] = {s: [] for s in clients}
+        samples: dict[str, list[float]] = {label: [] for label in clients}
         for block in range(1, bench.trials + 1):
-            for system in (list(clients) if block % 2 else list(reversed(clients))):
-                clients[system].signal(signal.SIGUSR1)
-                samples[system] += (await wait(clients[system], "block", 60, n=block))["ms"]
-        what = {"krabka": "describe_leadership: DescribeTransactions to the cached "
-                          "transaction coordinator (1 round trip) + authoritative(token)",
-                "etcd": "Election.Leader: one Range, prefix, sorted by create revision, "
-                        "limit 1 (etcd3 gRPC client)",
-                "zookeeper": "get_children(election path) + get(lowest child) "
-                             "(2 round trips, kazoo)"}
-        for system, values in samples.items():
+            for label in (list(clients) if block % 2 else list(reversed(clients))):
+                clients[label].signal(signal.SIGUSR1)
+                samples[label] += (await wait(clients[label], "block", 60, n=block))["ms"]
+        for label, values in samples.items():
+            system, question = AUTHORITY_QUESTIONS[label]
             bench.add(Result("authority-check", system, "ms", values,
                              bench.config(calls=len(values), warmup=per_block,
-                                          what=what[system],
+                                          question=question, what=AUTHORITY_WHAT[label],
                                           note=f"sequential calls from one client, each "
-                                               f"system's in a process of its own, blocks of "
-                                               f"{per_block} alternating systems")))
+                                               f"question's in a process of its own, blocks "
+                                               f"of {per_block} alternating clients"),
+                             metric=None if question == "who-leads" else question))
     finally:
         await stop(*clients.values(), *leaders.values())
 
 
 # --------------------------------------------------------------------------- graceful-handover
 
+LEADING = ("the new leader's 'leading' (krabka: its first lease record committed; term "
+           "mode: its claim won the term; peers: the recipe found it first in line)")
 
-def _end_point(system: str) -> str:
-    """Where the time figures stop the clock for `system`."""
+
+def _first_write(system: str) -> str:
+    """Where the first-write rows stop the clock for `system`."""
     fencing = fencing_of(system)
     if fencing == "epoch":
         return "the new leader's first committed guarded write"
     if fencing == "term":
         return ("the new leader's first record acknowledged (stamped with its term, after "
                 "its barrier)")
-    return "the new leader's 'became leader'"
-
+    return ("the new leader's first write acknowledged (a plain idempotent produce, after "
+            "the recipe's own leadership check)")
 
 
 async def graceful_handover(bench: Bench) -> None:
-    """resign() on the leader to the new leader's first committed write (peers: leading)."""
+    """The old leader's SIGUSR1 (resign) to the new leader's 'leading', every system alike;
+    to its first acknowledged write as a second row; the invocation's first rounds apart."""
     systems = bench.contenders()
     output = f"bench-handover-{bench.run_id}"
     await bench.create_topic(output, 1)
-    handover: dict[str, list[float]] = {s: [] for s in systems}
     to_leading: dict[str, list[float]] = {s: [] for s in systems}
+    first_write: dict[str, list[float]] = {s: [] for s in systems}
     resign_call: dict[str, list[float]] = {s: [] for s in systems}
     warming: dict[str, list[float]] = {s: [] for s in systems}
+    cold: dict[str, list[float]] = {s: [] for s in systems}
+    cold_first_write: dict[str, list[float]] = {s: [] for s in systems}
+    first_round = -bench.warmup
 
     async def trial(system: str, i: int) -> None:
         a, b = await bench.pair(system, bench.role("handover", f"{system}-{i}"), output)
@@ -212,27 +244,44 @@ async def graceful_handover(bench: Bench) -> None:
             a.signal(signal.SIGUSR1)
             resigning = await wait(a, "resigning", 15)
             leading = await wait(b, "leading", 30)
-            end = await wait(b, "wrote", 30) if fencing_of(system) else leading
+            wrote = await wait(b, "wrote", 30)
             resigned = await wait(a, "resigned", 15)
+            if i - first_round < bench.cold:
+                cold[system].append(leading["t"] - resigning["t"])
+                cold_first_write[system].append(wrote["t"] - resigning["t"])
             if i < 0:
-                warming[system].append(end["t"] - resigning["t"])
+                warming[system].append(leading["t"] - resigning["t"])
                 return
-            handover[system].append(end["t"] - resigning["t"])
             to_leading[system].append(leading["t"] - resigning["t"])
+            first_write[system].append(wrote["t"] - resigning["t"])
             resign_call[system].append(resigned["t"] - resigning["t"])
         finally:
             await stop(a, b)
 
     failures = await alternate(bench, "graceful-handover", systems, trial, warmup=bench.warmup)
+    start = "the old leader's SIGUSR1, stamped by its signal handler (it resigns then)"
     for system in systems:
+        fencing = fencing_of(system)
+        common = {"write_interval_s": bench.write_interval, "fencing": fencing,
+                  "tail_wait_ms": bench.tail_wait_ms if fencing else None}
         bench.add(Result(
-            "graceful-handover", system, "ms", handover[system],
-            bench.config(start="the old leader calls resign", end=_end_point(system),
-                         write_interval_s=bench.write_interval, fencing=fencing_of(system),
-                         tail_wait_ms=bench.tail_wait_ms if fencing_of(system) else None),
-            extra={"to_leading_ms": to_leading[system],
-                   "resign_call_ms": resign_call[system], "failures": failures[system],
+            "graceful-handover", system, "ms", to_leading[system],
+            bench.config(start=start, end=LEADING, **common),
+            extra={"resign_call_ms": resign_call[system], "failures": failures[system],
                    "warmup_ms": warming[system]}))
+        bench.add(Result(
+            "graceful-handover", system, "ms", first_write[system],
+            bench.config(start=start, end=_first_write(system), **common),
+            metric="first-write"))
+        bench.add(Result(
+            "graceful-handover", system, "ms", cold[system],
+            bench.config(start=start, end=LEADING, **common,
+                         rounds=f"the first {bench.cold} rounds of graceful-handover in this "
+                                f"invocation, warm-up or timed, each on fresh worker "
+                                f"processes",
+                         servers_started_by_this_run=bench.fresh_servers,
+                         figures_run_before=list(bench.ran)),
+            metric="cold", extra={"first_write_ms": cold_first_write[system]}))
 
 
 # --------------------------------------------------------------------------- crash-failover
@@ -284,68 +333,116 @@ async def _last_term_deadline(bench: Bench, role: str, member: str) -> int | Non
     return None if last is None else last + int(bench.timing.lease * 1000)
 
 
+def etcd_lease_deadline(events: list[dict[str, Any]], crash: float) -> float | None:
+    """When the etcd server expires the killed leader's lease: its last grant or
+    keep-alive answered before `crash`, renewed by the server between the request
+    (``sent``) and the answer (``t``), taken at the midpoint, + the TTL it answered."""
+    renewals = [e for e in events if e.get("event") in ("session", "renewed")
+                and e["t"] <= crash]
+    if not renewals:
+        return None
+    last = max(renewals, key=lambda e: e["t"])
+    return (last["sent"] + last["t"]) / 2 + last["ttl"] * 1000
+
+
+DEADLINES = {
+    "epoch": "the deadline of the killed leader's last committed lease record (the standby "
+             "takes over once it has passed)",
+    "term": "the killed leader's last heartbeat (or claim) on the terms topic, by its "
+            "sent_at, + the election timeout (the standby claims once it has passed)",
+    "etcd": "the server's lease expiry: the last keep-alive (or grant) answered, at the "
+            "midpoint of its round trip, + the TTL the server answered",
+    "zookeeper": "the server's session expiry: the last answer the server sent the session "
+                 "(cons lresp, read while the leader is stopped, before the SIGKILL) + "
+                 "the negotiated timeout, rounded up to the next tick as its expiry queue "
+                 "does",
+}
+
+
+async def _zookeeper_expiry(bench: Bench, session: str) -> float | None:
+    """The server's expiry of `session` on the wall clock, or None when `cons` does not
+    list it."""
+    from bench.services import zookeeper_sessions
+
+    def read() -> float | None:
+        found = zookeeper_sessions(bench.zookeeper).get(session)
+        if found is None:
+            return None
+        # The server's clock is CLOCK_MONOTONIC; this process reads both clocks.
+        offset = time.time() * 1000 - time.monotonic() * 1000
+        return found.expiry(bench.zookeeper_tick_ms) + offset
+    return await asyncio.to_thread(read)
+
+
 async def crash_failover(bench: Bench) -> None:
-    """SIGKILL of the leader to the new leader's first committed write (peers: leading)."""
+    """SIGSTOP, then SIGKILL, of the leader to the new leader's 'leading', every system
+    alike (its first write as a second row); the overshoot past the deadline each system
+    enforces, for all of them."""
     systems = bench.contenders()
     output = f"bench-crash-{bench.run_id}"
     await bench.create_topic(output, 1)
-    failover: dict[str, list[float]] = {s: [] for s in systems}
     to_leading: dict[str, list[float]] = {s: [] for s in systems}
+    first_write: dict[str, list[float]] = {s: [] for s in systems}
     overshoot: dict[str, list[float]] = {s: [] for s in systems}
-    overshoot_leading: dict[str, list[float]] = {s: [] for s in systems}
-    ttl_ms = bench.timing.lease * 1000
+    overshoot_write: dict[str, list[float]] = {s: [] for s in systems}
+    no_deadline: dict[str, int] = dict.fromkeys(systems, 0)
 
     async def trial(system: str, i: int) -> None:
         role = bench.role("crash", f"{system}-{i}")
         a, b = await bench.pair(system, role, output)
         try:
             await asyncio.sleep(random.uniform(0, bench.timing.renew))
-            t_kill = now_ms()
+            # Stopped first, so the server's view of a ZooKeeper session can be read
+            # while its connection is still open (a killed one's is gone from cons);
+            # stopped, the leader does nothing more, so the crash is timed from here.
+            t_crash = now_ms()
+            a.signal(signal.SIGSTOP)
+            zk_expiry = None
+            if system == "zookeeper":
+                zk_expiry = await _zookeeper_expiry(bench, a.find("ready")["session"])
             a.kill()
             leading = await wait(b, "leading", bench.timing.lease * 4 + 30)
-            end = await wait(b, "wrote", 30) if fencing_of(system) else leading
-            failover[system].append(end["t"] - t_kill)
-            to_leading[system].append(leading["t"] - t_kill)
-            deadline: float | None = None
-            if fencing_of(system) is not None:
-                found = await (_last_krabka_deadline(bench, role, "a")
-                               if fencing_of(system) == "epoch"
+            wrote = await wait(b, "wrote", 30)
+            to_leading[system].append(leading["t"] - t_crash)
+            first_write[system].append(wrote["t"] - t_crash)
+            fencing = fencing_of(system)
+            deadline: float | None
+            if fencing is not None:
+                found = await (_last_krabka_deadline(bench, role, "a") if fencing == "epoch"
                                else _last_term_deadline(bench, role, "a"))
                 deadline = None if found is None else float(found)
             elif system == "etcd":
-                renewals = [e["t"] for e in a.events if e.get("event") == "renewed"
-                            and e["t"] <= t_kill]
-                deadline = (max(renewals) if renewals else a.find("leading")["t"]) + ttl_ms
-            if deadline is not None:
-                overshoot[system].append(end["t"] - deadline)
-                overshoot_leading[system].append(leading["t"] - deadline)
+                deadline = etcd_lease_deadline(a.events, t_crash)
+            else:
+                deadline = zk_expiry
+            if deadline is None:
+                no_deadline[system] += 1
+            else:
+                overshoot[system].append(leading["t"] - deadline)
+                overshoot_write[system].append(wrote["t"] - deadline)
         finally:
             await stop(a, b)
 
     failures = await alternate(bench, "crash-failover", systems, trial)
+    start = ("SIGSTOP of the leader process (at a random phase of the renew interval), "
+             "SIGKILL right after")
     for system in systems:
+        fencing = fencing_of(system)
         bench.add(Result(
-            "crash-failover", system, "ms", failover[system],
-            bench.config(start="SIGKILL of the leader process (at a random phase of the "
-                               "renew interval)", end=_end_point(system), standbys=1,
-                         fencing=fencing_of(system)),
-            extra={"to_leading_ms": to_leading[system], "failures": failures[system]}))
+            "crash-failover", system, "ms", to_leading[system],
+            bench.config(start=start, end=LEADING, standbys=1, fencing=fencing),
+            extra={"failures": failures[system]}))
+        bench.add(Result(
+            "crash-failover", system, "ms", first_write[system],
+            bench.config(start=start, end=_first_write(system), standbys=1, fencing=fencing),
+            metric="first-write"))
     for system in systems:
-        if system == "zookeeper":
-            bench.skip_result("deadline-overshoot", system, "ms",
-                              "the session deadline is the server's (last packet heard), "
-                              "which kazoo does not expose")
-            continue
-        deadline = {
-            "epoch": "the deadline of the last committed lease record of the killed leader",
-            "term": "the killed leader's last heartbeat (or claim) on the terms topic, by "
-                    "its sent_at, + the election timeout",
-        }.get(fencing_of(system) or "", "the killed leader's last answered keep-alive + TTL")
         bench.add(Result(
             "deadline-overshoot", system, "ms", overshoot[system],
-            bench.config(start=deadline, end="the failover end point of crash-failover",
+            bench.config(start=DEADLINES[fencing_of(system) or system], end=LEADING,
                          fencing=fencing_of(system)),
-            extra={"to_leading_ms": overshoot_leading[system]}))
+            extra={"first_write_ms": overshoot_write[system],
+                   "trials_without_a_deadline": no_deadline[system]}))
 
 
 # --------------------------------------------------------------------------- zombie-writes

@@ -74,19 +74,19 @@ def plot_all(results: list[dict[str, Any]], folder: Path) -> list[Path]:
 
     if rows("crash-failover"):
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        _ecdf(left, rows("crash-failover"), "Crash failover (SIGKILL -> new leader)",
-              "ms (krabka: to first committed write; peers: to 'became leader')")
-        _ecdf(right, rows("deadline-overshoot"), "Overshoot past the old lease deadline",
-              "ms")
+        _ecdf(left, rows("crash-failover"), "Crash failover (SIGSTOP + SIGKILL -> new leader)",
+              "ms, to the new leader's 'leading'")
+        _ecdf(right, rows("deadline-overshoot"),
+              "Overshoot past the deadline each system enforces", "ms, to 'leading'")
         save(fig, "bench-crash-failover.png")
     if rows("graceful-handover"):
         fig, ax = plt.subplots(figsize=(7, 4))
         _ecdf(ax, rows("graceful-handover"), "Graceful handover (resign -> new leader)",
-              "ms (log scale)", log=True)
+              "ms, to the new leader's 'leading' (log scale)", log=True)
         save(fig, "bench-graceful-handover.png")
     if rows("authority-check"):
         fig, ax = plt.subplots(figsize=(7, 4))
-        _ecdf(ax, rows("authority-check"), "Authority check by a third party", "ms (log)",
+        _ecdf(ax, rows("authority-check"), "Who leads, asked by a third party", "ms (log)",
               log=True)
         save(fig, "bench-authority-check.png")
     titles = {"zombie-writes": "SIGSTOP past the lease, SIGCONT",

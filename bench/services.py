@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 import shutil
 import socket
 import subprocess
@@ -210,7 +211,7 @@ class ZooKeeper:
             f"minSessionTimeout={2 * self.tick_ms}",
             f"maxSessionTimeout={200 * self.tick_ms}",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr",
+            "4lw.commands.whitelist=ruok,srvr,cons",
             "maxClientCnxns=0",
             "",
         ])
@@ -240,3 +241,46 @@ class ZooKeeper:
     def stop(self) -> None:
         if self.child is not None:
             self.child.stop()
+
+
+@dataclass(frozen=True)
+class ZkSession:
+    """One session as the server's ``cons`` lists it."""
+
+    session: str
+    """Its id in hex (``0x...``)."""
+    last_response: int
+    """``lresp``: when the server last answered it, in ms of the server's
+    elapsed-time clock (Java's nanoTime, which on Linux is CLOCK_MONOTONIC, the
+    clock of Python's `time.monotonic` on the same machine)."""
+    timeout_ms: int
+    """``to``: the negotiated session timeout."""
+
+    def expiry(self, tick_ms: int) -> int:
+        """When the server expires the session if it hears nothing more, on the same
+        clock: ZooKeeper's expiry queue files a session it hears from at ``now +
+        timeout`` rounded up to the next tick (``ExpiryQueue.roundToNextInterval``)."""
+        return ((self.last_response + self.timeout_ms) // tick_ms + 1) * tick_ms
+
+
+_CONS_SESSION = re.compile(r"sid=(0x[0-9a-f]+),.*?\bto=(\d+),.*?\blresp=(\d+)")
+
+
+def parse_cons(text: str) -> dict[str, ZkSession]:
+    """The sessions of a ``cons`` answer, by id (connections without one are left out)."""
+    found = {}
+    for match in _CONS_SESSION.finditer(text):
+        session, timeout, response = match.groups()
+        found[session] = ZkSession(session, int(response), int(timeout))
+    return found
+
+
+def zookeeper_sessions(endpoint: str) -> dict[str, ZkSession]:
+    """The server's ``cons``: every connected session, by id."""
+    host, port = endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"cons")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return parse_cons(answer.decode("utf-8", "replace"))

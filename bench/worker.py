@@ -5,7 +5,11 @@
 Prints one JSON object a line, each with ``t`` (wall clock, float epoch ms,
 the same clock the orchestrator and the other workers read):
 
-    ready        clients are up, campaigning starts
+    ready        clients are up, campaigning starts (ZooKeeper: with ``session``,
+                 the session id in hex, as the server's ``cons`` lists it)
+    session      etcd: the lease was granted (``sent``: when the grant was asked)
+    renewed      etcd: a keep-alive was answered (``sent``: when it was sent; the
+                 server renewed the lease in between)
     registered   this candidate is in the queue (roster / create revision / node)
     leading      it leads (krabka: the first lease record is committed; term mode:
                  its claim won the term, reported as ``term``)
@@ -16,7 +20,8 @@ the same clock the orchestrator and the other workers read):
                  stamped with the term, acknowledged); peers: a plain produce acked,
                  sent only after the recipe's own leadership check passed
     lost         it noticed the end of its leadership (``reason``)
-    resigning    SIGUSR1 arrived: it stops writing and resigns now
+    resigning    SIGUSR1 arrived, stamped in its handler (every system alike, before
+                 a write in flight ends): it stops writing and resigns now
     resigned     the resignation returned
     pausing      SIGUSR2 armed the in-flight pause and its next write reached it:
                  the worker stops itself now (SIGSTOP), after the last leadership
@@ -74,6 +79,7 @@ class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.resign = asyncio.Event()
+        self.asked_to_resign = False
         self.stop = asyncio.Event()
         self.in_flight = InFlightPause()
         self.seq = 0
@@ -82,6 +88,13 @@ class Worker:
         self.seq += 1
         return json.dumps({"system": self.args.system, "member": self.args.member,
                            "seq": self.seq}).encode()
+
+    def resign_now(self) -> None:
+        """SIGUSR1's handler: the resignation is timed from here, in every system."""
+        if not self.asked_to_resign:
+            self.asked_to_resign = True
+            emit("resigning", seq=self.seq)
+        self.resign.set()
 
     async def pause(self) -> bool:
         """Sleep one write interval; True if a resign or stop arrived meanwhile."""
@@ -243,7 +256,6 @@ async def run_krabka(w: Worker) -> None:
                 await runner.stop(deregister=False)  # one tenure per worker
             elif runner.state is RunnerState.LEADING:
                 # The runner stops the function first, then resigns.
-                emit("resigning", seq=w.seq)
                 await runner.stop(deregister=True)
                 emit("resigned")
             else:
@@ -288,16 +300,19 @@ async def run_etcd(w: Worker) -> None:
     lost_task: asyncio.Task[None] | None = None
     keeper: asyncio.Task[None] | None = None
     try:
+        sent = time.time() * 1000
         await asyncio.to_thread(election.open_session)
+        emit("session", sent=sent, ttl=election.lease.ttl)
         emit("ready")
 
         async def keepalive() -> None:
             while not election.done.is_set():
                 await asyncio.sleep(a.renew)
                 with contextlib.suppress(Exception):
+                    sent = time.time() * 1000
                     ttl = await asyncio.to_thread(election.keepalive_once)
                     if ttl > 0:
-                        emit("renewed", ttl=ttl)
+                        emit("renewed", ttl=ttl, sent=sent)
 
         async def deadline_loop() -> None:
             # clientv3's lease deadline loop: a 500 ms ticker, not an event.
@@ -323,7 +338,6 @@ async def run_etcd(w: Worker) -> None:
         lost_task = asyncio.ensure_future(noticed())
         resigned = await lead_with_plain_writes(w, producer, lambda: not election.done.is_set())
         if resigned:
-            emit("resigning", seq=w.seq)
             await asyncio.to_thread(election.resign)
             emit("resigned")
         else:
@@ -354,7 +368,7 @@ async def run_zookeeper(w: Worker) -> None:
     stop_thread = threading.Event()
     try:
         await asyncio.to_thread(election.start)
-        emit("ready")
+        emit("ready", session=f"{election.client.client_id[0]:#x}")
         await asyncio.to_thread(election.register, a.member)
         emit("registered", node=election.node)
         campaign = asyncio.ensure_future(asyncio.to_thread(election.wait_leading, stop_thread))
@@ -367,7 +381,6 @@ async def run_zookeeper(w: Worker) -> None:
         emit("leading", node=election.node)
         resigned = await lead_with_plain_writes(w, producer, lambda: not election.lost.is_set())
         if resigned:
-            emit("resigning", seq=w.seq)
             await asyncio.to_thread(election.resign)
             emit("resigned")
         else:
@@ -383,7 +396,7 @@ async def run_zookeeper(w: Worker) -> None:
 async def main_async(args: argparse.Namespace) -> int:
     w = Worker(args)
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, w.resign.set)
+    loop.add_signal_handler(signal.SIGUSR1, w.resign_now)
     loop.add_signal_handler(signal.SIGUSR2, w.in_flight.arm)
     loop.add_signal_handler(signal.SIGTERM, w.stop.set)
     loop.add_signal_handler(signal.SIGINT, w.stop.set)

@@ -65,7 +65,8 @@ def test_term_mode_runs_beside_epoch_mode_in_the_election_figures(kafka_bootstra
     rows = {(r["figure"], r["system"], r.get("metric")): r
             for r in json.loads(out.read_text())}
     for system, fencing in (("krabka", "epoch"), ("krabka-term", "term")):
-        for figure, metric in (("crash-failover", None), ("deadline-overshoot", None),
+        for figure, metric in (("crash-failover", None), ("crash-failover", "first-write"),
+                               ("deadline-overshoot", None),
                                ("zombie-in-flight", "accepted"),
                                ("zombie-in-flight", "notice")):
             row = rows[(figure, system, metric)]

@@ -59,3 +59,39 @@ def test_plots_alone_go_to_the_folder_the_benchmarks_doc_shows():
     assert Path("docs/bench") == DOCS_FOLDER
     assert cli.parser().parse_args(["codec", "--plots", "elsewhere"]).plots == Path("elsewhere")
     assert cli.parser().parse_args(["codec"]).plots is None
+
+
+def test_graceful_handover_runs_first_of_the_figures_that_use_the_servers():
+    server_figures = [f for f in cli.FIGURES if f in cli.NEEDS_KAFKA | cli.WITH_PEERS]
+    assert server_figures[0] == "graceful-handover"
+
+
+def test_kafka_fsync_flushes_every_write_to_the_state_and_terms_topics_and_is_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.context import Bench
+
+    created: dict[str, bool] = {}
+
+    async def create_topic(self: Bench, name: str, partitions: int, *, compact: bool = False,
+                           log_append_time: bool = False, fsync: bool = False) -> None:
+        created[name] = fsync
+
+    def runner(name: str) -> Any:
+        async def measured(bench: Any) -> None:
+            bench.add(Result(name, "krabka", "ms", [1.0], bench.config()))
+        return measured
+
+    monkeypatch.setattr(Bench, "create_topic", create_topic)
+    monkeypatch.setattr(cli, "figure_runner", runner)
+    out = tmp_path / "run.json"
+    assert cli.main(["crash-failover", "--systems", "krabka", "--durability", "kafka-fsync",
+                     "--bootstrap-servers", "127.0.0.1:1", "--json", str(out)]) == 0
+    assert sorted(created.values()) == [True, True]  # the state topic and the terms topic
+    assert json.loads(out.read_text())[0]["configuration"]["durability"] == "kafka-fsync"
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["durability"]["setting"] == "kafka-fsync"
+
+
+def test_a_negative_count_of_cold_rounds_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--cold must not be negative"):
+        cli.main(["codec", "--systems", "krabka", "--cold", "-1"])
