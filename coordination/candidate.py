@@ -413,7 +413,8 @@ class _Candidate:
             await txn.commit()
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.shield(txn.abort())
+                # Through a cancellation, so the abort's own error is retrieved.
+                await through_cancellation(asyncio.ensure_future(txn.abort()))
             raise
         for member in passed:
             log.info("%s: deregistered %s, whose slot passed unused", self.role, member)

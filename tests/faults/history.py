@@ -740,7 +740,8 @@ class TenureLife:
     tell). `began_ms`: its first record committed; `handed_ms`: the campaign
     returned it to its runner (None if it never did); `owner_ended_ms`:
     its runner's task ended (None while it ran on); `ended_ms`: the tenure
-    ended (None if it had not when the history ended, at `history_end_ms`);
+    stopped leading (its resignation began) or ended (None if it had not
+    when the history ended, at `history_end_ms`);
     `renewals_ms`: each later lease record of it committed.
     """
 

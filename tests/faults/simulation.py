@@ -126,6 +126,7 @@ from coordination import (
     RoleFold,
     RunnerObserver,
     RunnerState,
+    TenureState,
     TenureStop,
     TermKind,
     TermLeadership,
@@ -642,6 +643,10 @@ class Simulation:
         self.runner_ended: dict[LeaderRunner, int] = {}
         """When each runner's task ended, in its process's running ms."""
         self.tenure_ended: dict[Leadership, tuple[int, int]] = {}
+        self.left_leading: dict[Leadership, int] = {}
+        """When each owned tenure left LEADING (its resignation began, or it
+        ended), in its process's running ms: from then on it renews nothing
+        and admits no guarded write, whatever its hand-back still waits for."""
         """When each owned tenure ended: its process's running ms and cluster ms."""
         self.copies: list[list[object]] = []
         """Each copy of a function: role, process, tenure, started, ended (cluster ms),
@@ -698,6 +703,7 @@ class Simulation:
         self.owners.clear()
         self.stories.clear()
         self.tenure_ended.clear()
+        self.left_leading.clear()
         self.copies.clear()
         self.copies_of.clear()
         self.deposed.clear()
@@ -1182,6 +1188,9 @@ class Simulation:
         """The per-step invariants, and liveness bookkeeping."""
         now = self.clock.now_ms()
         elapsed, self.last_observed = now - self.last_observed, now
+        for process, _runner, lead in self.owners.values():
+            if lead.state is not TenureState.LEADING and lead not in self.left_leading:
+                self.left_leading[lead] = process.running_ms(now)
         if not self.term_mode:
             self._read_state(now)
         if self.library.balanced:
@@ -1552,8 +1561,10 @@ class Simulation:
                               process.ran_ms, tuple(renewals), handed)
         owner, runner, lead = owned
         gone = self.tenure_ended.get(lead)
+        ends = [at for at in (None if gone is None else gone[0],
+                              self.left_leading.get(lead)) if at is not None]
         return TenureLife(role, member, tenure, token, f"{owner}/{role}", began,
-                          self.runner_ended.get(runner), None if gone is None else gone[0],
+                          self.runner_ended.get(runner), min(ends) if ends else None,
                           owner.ran_ms, tuple(renewals), handed)
 
     def _check_histories(self) -> None:
