@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from faust.exceptions import ProducerSendError
 
 import agents.fold.agent
+import agents.fold.chunk
 from agents.fold import role_value
 from agents.fold.agent import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.fold.rules import fold
@@ -119,21 +120,31 @@ async def test_a_batch_publishes_each_record_s_events_in_the_batch_s_order(ctx):
 
 
 async def test_a_record_the_fold_fails_on_costs_only_that_record(ctx, monkeypatch, caplog):
+    """The chunk changes a role's value in place: a record whose fold raised half
+    way leaves its role's value as the role's other records make it."""
     histories = histories_in_two_partitions()
     batch = interleaved(histories)
-    broken = batch[1].message.offset, batch[1].message.partition
-    real_fold = agents.fold.agent.fold
+    broken = batch[len(histories) + 1].message  # a role's second record, more to follow
+    real_step = agents.fold.chunk.step
 
-    def failing_fold(value, record, partition, partitions, **kwargs):
-        if (record.offset, partition) == broken:
+    def failing_step(value, folder, key, record):
+        if (record.offset, value.partition) == (broken.offset, broken.partition):
+            value.last_offset = record.offset
+            value.state.skipped += 100
+            value.state.entries.clear()
             raise RuntimeError("a bug in the fold")
-        return real_fold(value, record, partition, partitions, **kwargs)
+        return real_step(value, folder, key, record)
 
-    monkeypatch.setattr(agents.fold.agent, "fold", failing_fold)
+    monkeypatch.setattr(agents.fold.chunk, "step", failing_step)
     await apply_batch(ctx, batch)
     assert "fold failed at partition" in caplog.text
-    # Every role is written; only the broken record's role misses that record.
-    assert len(ctx.tables.role_state.writes) == len(histories)
+    expected = one_by_one({
+        role: (partition, [r for r in records
+                           if (r.offset, partition) != (broken.offset, broken.partition)])
+        for role, (partition, records) in histories.items()})
+    table = ctx.tables.role_state
+    assert len(table.writes) == len(histories)
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == expected
 
 
 class FailingOnce(Published):
