@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench import procs
 from bench.context import FENCING_SYSTEMS, SYSTEMS, Bench, Timing
+from bench.fold import WORKLOADS
 from bench.limits import raise_file_limit
 from bench.plots import DOCS_FOLDER
 from bench.scale_worker import LOOPS
@@ -136,6 +137,11 @@ def parser() -> argparse.ArgumentParser:
                         "(default 0: all at once, as the worker application does)")
     p.add_argument("--worker-records", type=int, default=None,
                    help="state records worker-fold folds (default 100000; --quick 10000)")
+    p.add_argument("--fold-workloads", default="contiguous,interleaved",
+                   help="fold-throughput and worker-fold: comma-separated subset of "
+                        "contiguous (each role's records back to back, no transactions) and "
+                        "interleaved (roles in round-robin, every record its own "
+                        "transaction) (default both)")
     p.add_argument("--recovery-roles", type=int, default=None,
                    help="roles worker-recovery recovers (default 10000; --quick 1000)")
     p.add_argument("--commit-intervals", default=None,
@@ -212,6 +218,9 @@ async def run(args: argparse.Namespace, folder: Path) -> Bench:
             bench.group_roles if "roles-scale-group" in wanted else 0))
         print(f"bench: open-file limit {bench.file_limit}", flush=True)
     bench.worker_records = args.worker_records
+    bench.fold_workloads = args.fold_workloads.split(",")
+    if unknown := set(bench.fold_workloads) - set(WORKLOADS):
+        raise SystemExit(f"--fold-workloads: unknown {', '.join(sorted(unknown))}")
     bench.recovery_roles = args.recovery_roles
     bench.commit_intervals = ([float(x) for x in args.commit_intervals.split(",")]
                               if args.commit_intervals else None)
