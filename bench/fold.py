@@ -101,7 +101,8 @@ async def fill(bench: Bench, topic: str, records: int, *, leases: int = 18,
                     sent += 1
                 if len(pending) > 5000:
                     for future in pending:
-                        sent_to(partition, (await future).offset)
+                        metadata = await future
+                        sent_to(metadata.partition, metadata.offset)
                     pending.clear()
             for future in pending:
                 metadata = await future
