@@ -285,3 +285,32 @@ async def test_a_record_no_role_owns_is_counted_once_when_its_batch_is_folded_ag
         "coordination_skipped_records_total",
         {"partition": str(partition), "reason": "undecodable-key"})
     assert skipped == 1
+
+
+async def test_a_chunk_whose_publishing_stops_half_way_writes_the_values_of_what_it_published():
+    """Faust acknowledges a chunk's events even when the agent stops with them (a
+    cancellation at shutdown): the values written are those of the records whose
+    events were all published, never a value ahead of its events."""
+    histories = histories_in_two_partitions()
+    batch = interleaved(histories)
+    ctx = make_ctx()
+    ctx.tables.role_state = Written()
+    ctx.events_topic = FailingOnce("elected", KafkaTimeoutError())
+    with pytest.raises(KafkaTimeoutError):
+        await apply_batch(ctx, batch)
+    stopped = next(i for i, event in enumerate(batch)
+                   if agents.fold.agent._record(event.message) in
+                   [r for _, records in histories.values() for r in records[1:2]])
+    published = {}
+    for event in batch[:stopped]:
+        message = event.message
+        record = agents.fold.agent._record(message)
+        role = next(r for r, (_, records) in histories.items() if record in records)
+        published.setdefault(role, (message.partition, []))[1].append(record)
+    assert published  # the records before the first lease: the registrations
+    table = ctx.tables.role_state
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == \
+        one_by_one(published)
+    assert story(ctx.events_topic.values) == [
+        (role, "member-joined", records[0].offset, None)
+        for role, (_, records) in published.items()]
