@@ -9,7 +9,7 @@ __all__ = ["GapEndsBeforeTheRecord"]
 
 
 class GapEndsBeforeTheRecord:
-    """FAUST-17: the gap noted before a record ends just before it.
+    """FAUST-18: the gap noted before a record ends just before it.
 
     Faust's fetch loop notes the offsets a partition skips (a transaction's
     commit marker, a compacted record) as a gap, so that a commit can pass

@@ -256,7 +256,7 @@ CHANGES: tuple[Change, ...] = (
         upstream=f"{UNFILED}; no upstream issue found",
         mixins={Seam.PRODUCER: producing.AtLeastOnceFlushDrains}),
     Change(
-        id="FAUST-17", kind=Kind.SPEED,
+        id="FAUST-18", kind=Kind.SPEED,
         title="A commit passes one record of a partition written one transaction per record",
         invariant="Once every record a partition's consumer read is acknowledged, the "
                   "next commit's offset is the one after the last of them, whatever "

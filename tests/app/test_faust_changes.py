@@ -1306,7 +1306,7 @@ async def test_faust_s_own_recovery_ends_it_as_aborted_transactions_and_reads_no
     assert await _aborted_after_two_idle_polls(app, monkeypatch) == 14
 
 
-# --- FAUST-17: a transactional partition's commit reaches the offset after its last record
+# --- FAUST-18: a transactional partition's commit reaches the offset after its last record
 
 
 async def _hand_over_and_ack(consumer, tp, offsets: list[int]) -> None:
