@@ -46,8 +46,11 @@ INTERNALS: tuple[str, ...] = (
     "faust.transport.consumer:ThreadDelegateConsumer._new_consumer_thread",
     # The seek check of the recovery's regression test (tests/app/faust_seek_check.py).
     "faust.tables.recovery:Recovery._seek_offsets",
-    # The fold's committed offsets, for its lag in GET /ready (app.health).
+    # The fold's committed offsets and records in flight, for its lag in GET /ready
+    # (app.health).
     "faust.transport.consumer:Consumer._committed_offset",
+    "faust.transport.consumer:Consumer._unacked_messages",
+    "faust.transport.consumer:Consumer._acked",
     # Faust's Prometheus sensor on the worker's own registry (app.metrics): the
     # module's __all__ exports only setup_prometheus_sensors, which would also
     # claim GET /metrics for itself, so the worker builds its two parts directly.

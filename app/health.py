@@ -19,7 +19,7 @@ from typing import Any
 from faust.types import TP
 
 from app.context import Context
-from app.readiness import Snapshot
+from app.readiness import Snapshot, fold_lag_of
 
 __all__ = ["busy", "fold_lag", "keep_probing", "probe", "snapshot"]
 
@@ -59,7 +59,32 @@ async def probe(ctx: Context) -> None:
         ctx.cluster.failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         return
     ctx.cluster.answered({tp.partition: offset for tp, offset in ends.items()
-                          if offset is not None})
+                          if offset is not None}, await _positions(ctx))
+
+
+async def _positions(ctx: Context) -> dict[int, int]:
+    """The fold consumer's positions on the state partitions it folds (asked after the
+    ends: a position at an end then means every record before it was read).
+
+    A position the consumer cannot tell at once (a partition just assigned,
+    whose offset it is still looking up) is left out: that partition's lag
+    is then counted to its end until the next probe.
+    """
+    topic = ctx.state_topic.get_topic_name()
+    consumer = ctx.app.consumer
+    positions = {}
+    for tp in ctx.app.assignor.assigned_actives():
+        if tp.topic != topic:
+            continue
+        try:
+            position = await asyncio.wait_for(consumer.position(tp),
+                                              ctx.settings.ready_cluster_timeout)
+        except Exception as exc:
+            log.debug("no position of %s for the fold lag: %r", tp, exc)
+            continue
+        if position is not None:
+            positions[tp.partition] = position
+    return positions
 
 
 async def keep_probing(ctx: Context) -> None:
@@ -79,23 +104,25 @@ async def keep_probing(ctx: Context) -> None:
 
 
 def fold_lag(ctx: Context) -> dict[int, int]:
-    """Per state partition this worker folds: last stable offset minus committed offset.
-
-    The committed offset (Faust's, updated at each transaction commit and on
-    assignment) is where a restarted fold would resume; none yet counts as 0.
-    Transaction markers take offsets too, so an idle partition shows a lag of
-    a few offsets, never 0.
-    """
+    """Per state partition this worker folds: `app.readiness.fold_lag_of` its last
+    stable offset and consumer position at the last probe, and the fold's committed
+    offset and records in flight now (Faust's: a record handed to the fold is
+    unacknowledged until the fold is done with it, then acknowledged until the
+    transaction that carries its offset commits)."""
     topic = ctx.state_topic.get_topic_name()
-    consumer: Any = ctx.app.consumer  # the attribute is the base Consumer's, not ConsumerT's
+    consumer: Any = ctx.app.consumer  # the attributes are the base Consumer's, not ConsumerT's
     committed = consumer._committed_offset
+    in_flight = {message.tp for message in list(consumer._unacked_messages)}
+    in_flight.update(tp for tp, acked in list(consumer._acked.items()) if acked)
     lags = {}
     for tp in ctx.app.assignor.assigned_actives():
         if tp.topic != topic:
             continue
         end = ctx.cluster.end_offsets.get(tp.partition)
         if end is not None:
-            lags[tp.partition] = max(0, end - (committed.get(tp) or 0))
+            lags[tp.partition] = fold_lag_of(end, committed.get(tp),
+                                             ctx.cluster.positions.get(tp.partition),
+                                             tp in in_flight)
     return lags
 
 

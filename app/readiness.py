@@ -8,8 +8,8 @@ docs/app.md#health lists them with their bounds. A worker is ready when
 - its coordination transport has connected;
 - the cluster answered a probe (ListOffsets of the state topic, asked by the
   probe agent) no longer than ``cluster_timeout`` ago;
-- on each state partition it folds, the fold's committed offset is at most
-  ``max_fold_lag`` offsets behind the partition's last stable offset;
+- on each state partition it folds, the fold lag (`fold_lag_of`) is at most
+  ``max_fold_lag`` offsets;
 - no role it holds has been renewing unsuccessfully for more than half the
   fence margin (the lease keeps the role until the fence deadline, but the
   worker is by then unlikely to keep it);
@@ -25,7 +25,7 @@ from typing import Any
 
 from coordination import Clock
 
-__all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess"]
+__all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess", "fold_lag_of"]
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,20 @@ class ClusterWatch:
         self.error: str | None = None
         self.end_offsets: dict[int, int] = {}
         """The state partitions' last stable offsets, from the last answer."""
+        self.positions: dict[int, int] = {}
+        """The fold's consumer positions on the state partitions it folds, asked
+        right after the last answer's offsets."""
         self.busy: str | None = None
         self.busy_since: int | None = None
 
-    def answered(self, end_offsets: Mapping[int, int]) -> None:
-        """The cluster answered a probe with these last stable offsets."""
+    def answered(self, end_offsets: Mapping[int, int],
+                 positions: Mapping[int, int] | None = None) -> None:
+        """The cluster answered a probe with these last stable offsets; the fold's
+        consumer was then at `positions` (those it knew)."""
         self.answered_at = self._clock.monotonic_ms()
         self.error = None
         self.end_offsets = dict(end_offsets)
+        self.positions = dict(positions or {})
 
     def failed(self, error: str) -> None:
         """A probe got no answer (`error` says what happened instead)."""
@@ -94,6 +100,27 @@ class ClusterWatch:
         if self.busy_since is None:
             return 0.0
         return (self._clock.monotonic_ms() - self.busy_since) / 1000
+
+
+def fold_lag_of(end: int, committed: int | None, position: int | None,
+                in_flight: bool) -> int:
+    """The fold lag of one state partition: the offsets between the fold and the
+    position a read_committed consumer reaches once caught up.
+
+    `end` is the partition's last stable offset, `committed` the fold's
+    committed offset (the next it would read after a restart; None: none yet),
+    `position` the fold consumer's position, asked after `end` (None: not
+    known), and `in_flight` whether a record it read is not committed yet.
+    Commit markers take offsets, and a read_committed consumer's position
+    passes them, but no record follows the last ones folded: so once the
+    consumer's position has reached `end` and nothing it read is in flight,
+    the fold is current and the lag is 0. Otherwise it is every offset from
+    the committed one to `end`, markers included (an upper bound of the
+    records left to fold).
+    """
+    if position is not None and position >= end and not in_flight:
+        return 0
+    return max(0, end - (committed or 0))
 
 
 @dataclass(frozen=True)

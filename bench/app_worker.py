@@ -147,7 +147,8 @@ class AppWorker:
         """`until` with this worker's exit as a failure."""
         return await until(check, seconds, what, child=self.child)
 
-    async def folded_to_end(self, session: Any, seconds: float) -> float:
+    async def folded_to_end(self, session: Any, seconds: float,
+                            after: dict[int, int] | None = None) -> float:
         """Seconds from the spawn to the fold being at the end of the state topic.
 
         Both must hold: the group's offsets committed on the broker are at the
@@ -155,12 +156,15 @@ class AppWorker:
         the table's changelog and the events), and ``GET /ready`` shows every
         state partition assigned here with a fold lag of 0. The worker's view
         alone is not enough: right after the start it was seen to report 0 on
-        every partition before its fold had read anything.
+        every partition before its fold had read anything. On a topic written
+        in transactions the fold commits the offset after each partition's last
+        record, one short of its end (the commit marker): `after` gives those
+        offsets (None: the last stable offsets).
         """
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.errors import KafkaError
 
-        ends = await self.group.state_ends()
+        ends = after if after is not None else await self.group.state_ends()
         admin = AIOKafkaAdminClient(bootstrap_servers=self.group.bench.bootstrap)
         await admin.start()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench import procs
 from bench.context import DURABILITY, FENCING_SYSTEMS, SYSTEMS, Bench, Timing
+from bench.fold import WORKLOADS
 from bench.limits import raise_file_limit
 from bench.plots import DOCS_FOLDER
 from bench.scale_worker import LOOPS
@@ -147,6 +148,11 @@ def parser() -> argparse.ArgumentParser:
                         "(default 0: all at once, as the worker application does)")
     p.add_argument("--worker-records", type=int, default=None,
                    help="state records worker-fold folds (default 100000; --quick 10000)")
+    p.add_argument("--fold-workloads", default="contiguous,interleaved",
+                   help="fold-throughput and worker-fold: comma-separated subset of "
+                        "contiguous (each role's records back to back, no transactions) and "
+                        "interleaved (roles in round-robin, every record its own "
+                        "transaction) (default both)")
     p.add_argument("--recovery-roles", type=int, default=None,
                    help="roles worker-recovery recovers (default 10000; --quick 1000)")
     p.add_argument("--commit-intervals", default=None,
@@ -244,6 +250,9 @@ async def run(args: argparse.Namespace, folder: Path, peer_folder: Path) -> Benc
     if min(bench.term_roles) < 1 or bench.term_claims < 2:
         raise SystemExit("--term-roles must be at least 1 and --term-claims at least 2")
     bench.worker_records = args.worker_records
+    bench.fold_workloads = args.fold_workloads.split(",")
+    if unknown := set(bench.fold_workloads) - set(WORKLOADS):
+        raise SystemExit(f"--fold-workloads: unknown {', '.join(sorted(unknown))}")
     bench.recovery_roles = args.recovery_roles
     bench.commit_intervals = ([float(x) for x in args.commit_intervals.split(",")]
                               if args.commit_intervals else None)

@@ -104,6 +104,8 @@ class Bench:
     kafka_pids: list[int] = field(default_factory=list)
     worker_records: int | None = None
     """worker-fold's state records (None: the figure's default for --quick or not)."""
+    fold_workloads: list[str] = field(default_factory=lambda: ["contiguous", "interleaved"])
+    """How fold-throughput and worker-fold fill their state topics (`bench.fold.WORKLOADS`)."""
     recovery_roles: int | None = None
     term_roles: list[int] = field(default_factory=lambda: [10, 1000, 10000])
     term_claims: int = 100_000

@@ -1,13 +1,16 @@
 """The whole Faust worker measured, each figure beside a raw aiokafka (or aiohttp) baseline.
 
 - ``worker-fold``: records/s of one worker folding a pre-filled state topic
-  (``bench.fold.fill``: registrations and leases of many roles) into its
+  (``bench.fold.fill``: registrations and leases of many roles, per workload
+  of ``--fold-workloads``: contiguous, or interleaved in transactions) into its
   RocksDB table, changelog and events, exactly-once: from the spawn of the
-  process to ``GET /ready`` showing a fold lag of 0 on every partition,
-  minus the time a worker of a new group on an empty state topic takes to
-  be ready (same trial).
-  Baseline ``aiokafka-raw``: fold-throughput's own read_committed
-  consume-and-decode of the same topic (`bench.fold.consume`).
+  process to ``GET /ready`` showing a fold lag of 0 on every partition and
+  the group's committed offsets past every partition's last record, minus the
+  time a worker of a new group on an empty state topic takes to be ready
+  (same trial). Baselines: ``aiokafka-same-work``, one aiokafka exactly-once
+  pipeline doing the fold's work (`bench.fold.same_work`), and
+  ``aiokafka-raw``, fold-throughput's own read_committed consume-and-decode of
+  the same topic (`bench.fold.consume`).
 - ``worker-recovery``: a role_state changelog written as a worker's commits
   leave it (10 values of each role, in transactions); per trial a worker
   with an empty data directory, then the same worker again with the data
@@ -70,11 +73,13 @@ def _rows(body: Any) -> dict[str, dict[str, Any]] | None:
             for row in body["roles"]}
 
 
-async def _folded(bench: Bench, group: WorkerGroup, session: Any) -> tuple[AppWorker, float]:
-    """A new worker of `group` and the seconds it took to fold its state topic to the end."""
+async def _folded(bench: Bench, group: WorkerGroup, session: Any,
+                  after: dict[int, int] | None = None) -> tuple[AppWorker, float]:
+    """A new worker of `group` and the seconds it took to fold its state topic to the
+    end (`AppWorker.folded_to_end`'s `after`)."""
     worker = group.start()
     try:
-        return worker, await worker.folded_to_end(session, FOLD_TIMEOUT)
+        return worker, await worker.folded_to_end(session, FOLD_TIMEOUT, after)
     except BaseException:
         await worker.stop()
         raise
@@ -86,27 +91,37 @@ async def _folded(bench: Bench, group: WorkerGroup, session: Any) -> tuple[AppWo
 async def worker_fold(bench: Bench) -> None:
     records = bench.worker_records or (10_000 if bench.quick else 100_000)
     trials = 1 if bench.quick else max(1, min(bench.trials, 3))
-    full_topic = f"bench-worker-fold-{bench.run_id}"
-    empty_topic = f"bench-worker-empty-{bench.run_id}"
-    first = WorkerGroup(bench, "fold-full-0", PARTITIONS, state_topic=full_topic,
+    for workload in bench.fold_workloads:
+        await _worker_fold(bench, workload, records, trials)
+
+
+async def _worker_fold(bench: Bench, workload: str, records: int, trials: int) -> None:
+    full_topic = f"bench-worker-fold-{workload}-{bench.run_id}"
+    empty_topic = f"bench-worker-empty-{workload}-{bench.run_id}"
+    first = WorkerGroup(bench, f"fold-{workload}-full-0", PARTITIONS, state_topic=full_topic,
                         probe_interval=FOLD_PROBE_INTERVAL)
     first.create_topics()
-    filled = await fold.fill(bench, full_topic, records)
+    filled, after = await fold.fill(bench, full_topic, records, workload=workload)
     roles = max(1, records // 20)
-    rates: dict[str, list[float]] = {"krabka": [], "aiokafka-raw": []}
+    systems = ("aiokafka-raw", "aiokafka-same-work", "krabka")
+    rates: dict[str, list[float]] = {system: [] for system in systems}
     startups: list[float] = []
     to_end: list[float] = []
     async with _session() as session:
         for i in range(trials):
-            order = ["aiokafka-raw", "krabka"] if i % 2 == 0 else ["krabka", "aiokafka-raw"]
-            for system in order:
+            for system in systems[i % 3:] + systems[:i % 3]:
                 if system == "aiokafka-raw":
                     started = time.perf_counter()
                     count = await fold.consume(bench, full_topic, fold.decode_only)
                     rates[system].append(count / (time.perf_counter() - started))
                     continue
-                empty = WorkerGroup(bench, f"fold-empty-{i}", PARTITIONS, state_topic=empty_topic,
-                                    probe_interval=FOLD_PROBE_INTERVAL)
+                if system == "aiokafka-same-work":
+                    count, took = await fold.same_work(
+                        bench, full_topic, f"bench-same-work-{workload}-{bench.run_id}-{i}")
+                    rates[system].append(count / took)
+                    continue
+                empty = WorkerGroup(bench, f"fold-{workload}-empty-{i}", PARTITIONS,
+                                    state_topic=empty_topic, probe_interval=FOLD_PROBE_INTERVAL)
                 empty.create_topics()
                 # Ready, listing no role: the process start, imports, group join
                 # and first probe. Not `folded_to_end`: on an empty topic the
@@ -119,11 +134,11 @@ async def worker_fold(bench: Bench) -> None:
                 finally:
                     await worker.stop()
                 full = first if i == 0 else WorkerGroup(
-                    bench, f"fold-full-{i}", PARTITIONS, state_topic=full_topic,
+                    bench, f"fold-{workload}-full-{i}", PARTITIONS, state_topic=full_topic,
                     probe_interval=FOLD_PROBE_INTERVAL)
                 if full is not first:
                     full.create_topics()
-                worker, took = await _folded(bench, full, session)
+                worker, took = await _folded(bench, full, session, after)
                 try:
                     status, body = await worker.get(session, "/roles/")
                     listed = _rows(body) or {}
@@ -137,18 +152,29 @@ async def worker_fold(bench: Bench) -> None:
                 startups.append(startup)
                 to_end.append(took)
                 rates[system].append(filled / max(took - startup, 1e-3))
-            print(f"  [worker-fold] trial {i + 1}/{trials}: krabka {rates['krabka'][-1]:.0f}, "
-                  f"raw {rates['aiokafka-raw'][-1]:.0f} records/s", flush=True)
-    config = bench.config(records=filled, roles=roles, partitions=PARTITIONS, trials_run=trials)
+            same = rates["aiokafka-same-work"][-1]
+            print(f"  [worker-fold] {workload} trial {i + 1}/{trials}: krabka "
+                  f"{rates['krabka'][-1]:.0f}, same-work {same:.0f}, raw "
+                  f"{rates['aiokafka-raw'][-1]:.0f} records/s; krabka/same-work "
+                  f"{rates['krabka'][-1] / same:.2f}", flush=True)
+    config = bench.config(records=filled, roles=roles, partitions=PARTITIONS, trials_run=trials,
+                          workload=workload)
     bench.add(Result("worker-fold", "krabka", "records/s", rates["krabka"],
                      {**config, "what": "records / (spawn to fold lag 0 on every partition, "
                                         "minus an empty state topic's spawn to ready)"},
-                     higher_is_better=True,
+                     higher_is_better=True, metric=workload,
                      extra={"startup_s": startups, "to_end_s": to_end}))
     bench.add(Result("worker-fold", "aiokafka-raw", "records/s", rates["aiokafka-raw"],
                      {**config, "what": "fold-throughput's read_committed consume + decode"},
-                     higher_is_better=True))
-    bench.add(Result("worker-fold", "krabka", "s", startups, config, metric="startup"))
+                     higher_is_better=True, metric=workload))
+    bench.add(Result("worker-fold", "aiokafka-same-work", "records/s",
+                     rates["aiokafka-same-work"],
+                     {**config, "what": "bench.fold.same_work: one aiokafka exactly-once "
+                                        "pipeline, the same chunked fold, changelog, events "
+                                        "and offsets in one transaction per chunk"},
+                     higher_is_better=True, metric=workload))
+    bench.add(Result("worker-fold", "krabka", "s", startups, config,
+                     metric=f"startup-{workload}"))
 
 
 # --------------------------------------------------------------------------- worker-recovery

@@ -23,7 +23,7 @@ from coordination.changes import (
 )
 from coordination.errors import FormatError
 from coordination.evaluate import Placement, out_of_order_slot
-from coordination.records import Kind, Lease, decode_key, decode_lease, decode_registration
+from coordination.records import Key, Kind, Lease, decode_key, decode_lease, decode_registration
 from coordination.state import OutOfOrder, Record, RoleState, RosterEntry
 from coordination.token import FencingToken
 
@@ -93,6 +93,12 @@ class RoleFold:
             key = decode_key(record.key)
         except FormatError as exc:
             return self._skip(record, exc)
+        return self.apply_key(record, key)
+
+    def apply_key(self, record: Record, key: Key) -> Change | None:
+        """`apply` for a record whose key the caller has decoded: `key` must be
+        ``decode_key(record.key)`` (a reader that routes records by role decodes
+        each key once)."""
         if key.role != self.state.role:
             return None
         try:

@@ -45,7 +45,6 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -57,6 +56,7 @@ from faust.types import EventT
 from agents.context import AgentContext
 from agents.events import LeadershipEvent
 from agents.fold import partition_value, role_value
+from agents.fold.chunk import Chunk, fold_chunk
 from agents.fold.partition_value import PartitionValue, partition_key
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import (
@@ -64,13 +64,10 @@ from agents.fold.rules import (
     due_at,
     expire,
     expire_term,
-    fold,
     fold_terms,
-    fold_unattributed,
-    route,
     route_term,
 )
-from coordination import Record, role_partition
+from coordination import OutOfOrder, Record, role_partition
 
 __all__ = ["FOLD_BATCH", "FOLD_RETRY_MS", "FOLD_WITHIN", "STORE_ERRORS", "apply_batch",
            "apply_terms_record", "apply_tick", "as_current_event", "install", "ticked",
@@ -151,100 +148,76 @@ def _write(ctx: AgentContext, partition: int, key: bytes, value: RoleValue) -> N
 
 
 async def apply_batch(ctx: AgentContext, events: Sequence[EventT]) -> None:
-    """Fold a batch of state-topic events in order; write each role's value once.
+    """Fold a chunk of state-topic events in one pass; write each role's value once.
 
-    Each record is folded into the value the batch has made of its role so
-    far, and the events it causes are published as it is folded, in the
-    batch's order. A role's value is written once, after the batch, as its
-    last record's event (so the write lands in the role's partition of the
-    table and the changelog): a role's twenty records cost one table write,
-    one changelog record and one encode, not twenty. The fold lock is held for
-    the whole batch, so the tick never reads a value the batch has not
-    written yet.
+    `agents.fold.chunk.fold_chunk` folds the chunk's records without storing
+    anything; then each record's events are published in the chunk's order,
+    and each role's value is written once, after them, as its last record's
+    event (so the write lands in the role's partition of the table and the
+    changelog): a role's twenty records cost one table write, one changelog
+    record and one encode, not twenty. The fold lock is held for the whole
+    chunk, so the tick never reads a value the chunk has not written yet.
+
+    If publishing stops half way (a failed send, a cancellation), the values
+    written are those of the records whose events were all published,
+    folded again from the same table values: a role's value is never stored
+    ahead of its events, and what was folded is written even if the chunk
+    stops half way (Faust acknowledges a chunk's events even then).
     """
-    folded: dict[bytes, tuple[RoleValue, EventT]] = {}
+    records = [(event.message.partition, _record(event.message)) for event in events]
     async with ctx.fold_lock:
+        chunk = _fold_chunk(ctx, records)
+        published = 0
         try:
-            for event in events:
-                with as_current_event(event):
-                    await _fold_record(ctx, event, folded)
+            for index, record_events in chunk.events:
+                published = index
+                await _publish(ctx, record_events)
+            published = len(records)
         finally:
-            # What was folded is written even if the batch stops half way.
-            for role_key, (value, event) in folded.items():
-                with as_current_event(event):
-                    _write(ctx, event.message.partition, role_key, value)
+            if published < len(records):
+                chunk = _fold_chunk(ctx, records[:published])
+            _store(ctx, events, chunk)
+            _report(ctx, chunk)
 
 
-async def _fold_record(ctx: AgentContext, event: EventT,
-                       folded: dict[bytes, tuple[RoleValue, EventT]]) -> None:
-    """Fold one event's record into `folded`, the batch's values by role key."""
-    message = event.message
-    partition = message.partition
-    record = _record(message)
-    try:
-        result = _fold_pure(ctx, record, partition, folded)
-    except Exception:
-        # A bug of the fold must not wedge the partition: log it loudly and go on.
-        log.exception("fold failed at partition %d offset %d", partition, record.offset)
-        return
-    if isinstance(result, _Skipped):
-        if result.value is None:
-            return  # a replay
-        ctx.tables.partition_state[partition_key(partition)] = partition_value.encode(
-            result.value)
-        ctx.metrics.skip(partition, result.why.kind)
-        log.warning("partition %d offset %d skipped: %s", partition, record.offset,
-                    result.why.reason)
-        return
-    value, current_value = result.value, result.before
-    if value is None or value is current_value:
-        return
-    await _publish(ctx, result.events)
-    folded[result.role.encode("utf-8")] = (value, event)
-    _warn_if_out_of_order(value, current_value)
-    if value.state.skipped > (0 if current_value is None else current_value.state.skipped):
-        ctx.metrics.skip(partition, "malformed")
-        log.warning("%s: partition %d offset %d skipped: %s", result.role, partition,
-                    record.offset, value.state.errors[-1][1])
+def _fold_chunk(ctx: AgentContext, records: Sequence[tuple[int, Record]]) -> Chunk:
+    partitions = ctx.tables.partition_state
 
+    def load_partition(partition: int) -> PartitionValue | None:
+        raw = partitions.get(partition_key(partition))
+        return None if raw is None else partition_value.decode(raw)
 
-@dataclass(frozen=True, slots=True)
-class _Skipped:
-    """A record no role of its partition owns, and the partition's value counting
-    it (None for a replay, already counted)."""
-
-    why: Unattributed
-    value: PartitionValue | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Folded:
-    """A record folded into its role's value, nothing of it stored or sent yet."""
-
-    role: str
-    before: RoleValue | None
-    value: RoleValue | None
-    events: list[LeadershipEvent]
-
-
-def _fold_pure(ctx: AgentContext, record: Record, partition: int,
-               folded: dict[bytes, tuple[RoleValue, EventT]]) -> _Skipped | _Folded:
-    """What folding `record` makes, without storing or sending anything."""
-    key = route(record, partition, ctx.partitions)
-    if isinstance(key, Unattributed):
-        raw = ctx.tables.partition_state.get(partition_key(partition))
-        current = None if raw is None else partition_value.decode(raw)
-        if current is not None and record.offset <= current.last_offset:
-            return _Skipped(key, None)
-        return _Skipped(key, fold_unattributed(current, record, partition, key))
-    role_key = key.role.encode("utf-8")
     options = ctx.settings.leadership_options
-    held = folded.get(role_key)
-    current_value = _load(ctx, role_key) if held is None else held[0]
-    value, changes = fold(current_value, record, partition, ctx.partitions,
-                          placement=options.placement,
-                          challenge_stagger=options.challenge_stagger)
-    return _Folded(key.role, current_value, value, changes)
+    return fold_chunk(records, functools.partial(_load, ctx), load_partition, ctx.partitions,
+                      placement=options.placement, challenge_stagger=options.challenge_stagger)
+
+
+def _store(ctx: AgentContext, events: Sequence[EventT], chunk: Chunk) -> None:
+    """Write the chunk's values, each as the event of its last record (its partition)."""
+    for partition, (value, index) in chunk.partitions.items():
+        with as_current_event(events[index]):
+            ctx.tables.partition_state[partition_key(partition)] = partition_value.encode(value)
+    for role_key, (role, index) in chunk.values.items():
+        with as_current_event(events[index]):
+            _write(ctx, role.partition, role_key, role)
+
+
+def _report(ctx: AgentContext, chunk: Chunk) -> None:
+    """Log and count what the chunk skipped, and what its fold failed on."""
+    for failure in chunk.failures:
+        # A bug of the fold must not wedge the partition: log it loudly and go on.
+        log.error("fold failed at partition %d offset %d", failure.partition, failure.offset,
+                  exc_info=failure.error)
+    for skip in chunk.skips:
+        ctx.metrics.skip(skip.partition, skip.kind)
+        if skip.role is None:
+            log.warning("partition %d offset %d skipped: %s", skip.partition, skip.offset,
+                        skip.reason)
+        else:
+            log.warning("%s: partition %d offset %d skipped: %s", skip.role, skip.partition,
+                        skip.offset, skip.reason)
+    for role, seen in chunk.out_of_order:
+        _warn_out_of_order(role, seen)
 
 
 async def apply_terms_record(ctx: AgentContext, message: Any) -> None:
@@ -281,17 +254,11 @@ async def apply_terms_record(ctx: AgentContext, message: Any) -> None:
                     record.offset, value.terms.errors[-1][1])
 
 
-def _warn_if_out_of_order(value: RoleValue, previous: RoleValue | None) -> None:
-    state = value.state
-    last = state.last_out_of_order
-    if last is None or state.out_of_order <= (0 if previous is None
-                                              else previous.state.out_of_order):
-        return
+def _warn_out_of_order(role: str, seen: OutOfOrder) -> None:
     log.warning("%s: %s took the role at %d, before its slot at %d under this worker's "
                 "placement %r (offset %d): the role's members mix placement policies (or "
                 "challenge staggers); give every member of a role the same ones",
-                state.role, last.member, last.granted_at, last.slot, last.placement,
-                last.offset)
+                role, seen.member, seen.granted_at, seen.slot, seen.placement, seen.offset)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -46,7 +46,7 @@ from coordination.events import change_event, lease_event, term_change_event, te
 from coordination.term_fold import TermFold, TermView
 
 __all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_terms",
-           "fold_unattributed", "route", "route_term"]
+           "fold_unattributed", "role_fold", "route", "route_term", "step"]
 
 
 
@@ -122,15 +122,37 @@ def fold(
         raise ValueError(f"a record of role {key.role!r} folded into {value.state.role!r}")
     if record.offset <= value.last_offset:
         return value, []
-    new = replace(value, state=value.state.copy(), last_offset=record.offset)
-    events = _lapse(new, record.timestamp)
-    change = RoleFold(key.role, state=new.state, keep_tokens=MAX_TENURES,
-                      keep_errors=MAX_ERRORS, placement=placement,
-                      challenge_stagger=challenge_stagger).apply(record)
+    new = replace(value, state=value.state.copy())
+    return new, step(new, role_fold(new, placement, challenge_stagger), key, record)
+
+
+def role_fold(value: RoleValue, placement: Placement | None,
+              challenge_stagger: float) -> RoleFold:
+    """The library's fold of `value`'s role, taking over `value.state` (changed in place
+    by each `step`), with the value's bounds and the reader's placement."""
+    return RoleFold(value.state.role, state=value.state, keep_tokens=MAX_TENURES,
+                    keep_errors=MAX_ERRORS, placement=placement,
+                    challenge_stagger=challenge_stagger)
+
+
+def step(value: RoleValue, folder: RoleFold, key: Key, record: Record) -> list[LeadershipEvent]:
+    """Apply `record` to `value` in place; its events.
+
+    The one rule of a record's effect on a role's value, shared by `fold` (on
+    a copy) and the chunked fold (`agents.fold.chunk`, on a value it owns for
+    the chunk). `folder` is `role_fold(value, ...)` (it changes
+    ``value.state``), `key` is the record's routed key, and `record` is past
+    ``value.last_offset`` (not a replay).
+    """
+    value.last_offset = record.offset
+    events = _lapse(value, record.timestamp)
+    change = folder.apply_key(record, key)
     if isinstance(change, Elected | Renewed):
-        new.lapse_reported = False  # a new lease record can lapse in its turn
-    event = change_event(new.state, new.partition, change)
-    return new, events if event is None else [*events, event]
+        value.lapse_reported = False  # a new lease record can lapse in its turn
+    event = change_event(value.state, value.partition, change)
+    if event is not None:
+        events.append(event)
+    return events
 
 
 def expire(value: RoleValue, now_ms: int) -> tuple[RoleValue, list[LeadershipEvent]]:

@@ -21,7 +21,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.faust_changes import fetching, persisting, producing, recovering
+from app.faust_changes import committing, fetching, persisting, producing, recovering
 from app.faust_internals import FAUST, MODE
 from coordination.kafka.aiokafka_internals import AIOKAFKA
 from coordination.versions import DependencyRange
@@ -293,6 +293,17 @@ CHANGES: tuple[Change, ...] = (
                 Seam.CONSUMER: persisting.CommitMarked,
                 Seam.TABLE_MANAGER: persisting.CommitPersists,
                 Seam.RECOVERY: persisting.LocalStateChecked}),
+    Change(
+        id="FAUST-18", kind=Kind.SPEED,
+        title="A commit passes one record of a partition written one transaction per record",
+        invariant="Once every record a partition's consumer read is acknowledged, the "
+                  "next commit's offset is the one after the last of them, whatever "
+                  "commit markers lie between.",
+        touches=("faust.transport.consumer:Consumer._add_gap",
+                 "faust.transport.consumer:Consumer._drain_messages"),
+        written_for=(FAUST, MODE), exact=True,
+        upstream=f"{UNFILED}; no upstream issue found",
+        mixins={Seam.CONSUMER: committing.GapEndsBeforeTheRecord}),
     Change(
         id="AIOKAFKA-1", kind=Kind.BUG,
         title="A connection lost during FindCoordinator ends a transactional producer",

@@ -11,7 +11,8 @@ import pytest
 
 from agents.events import LeadershipEvent
 from agents.fold import partition_value, role_value
-from agents.fold.agent import _warn_if_out_of_order
+from agents.fold.agent import _warn_out_of_order
+from agents.fold.chunk import fold_chunk
 from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, expire, fold, fold_unattributed, route
@@ -331,12 +332,11 @@ def test_the_worker_warns_once_for_each_tenure_begun_out_of_its_placement_order(
     log.lease(ROLE, "c", T2, granted_at=30_000, deadline=60_000)  # b was first by rank
     log.lease(ROLE, "c", T2, granted_at=40_000, deadline=70_000)
     caplog.set_level(logging.WARNING, "agents.fold.agent")
-    value = None
-    for record in log.records:
-        previous = value
-        value, _ = fold(value, record, HOME, PARTITIONS, placement="registration",
-                        challenge_stagger=5.0)
-        _warn_if_out_of_order(value, previous)
+    chunk = fold_chunk([(HOME, record) for record in log.records], lambda key: None,
+                       lambda partition: None, PARTITIONS, placement="registration",
+                       challenge_stagger=5.0)
+    for role, seen in chunk.out_of_order:
+        _warn_out_of_order(role, seen)
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1
     assert "c took the role at 30000, before its slot at 35000" in warnings[0]

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from app import health
 from app.factory import build
-from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess
+from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess, fold_lag_of
 from app.settings import Settings
 from coordination import (
     STATE_TOPIC,
@@ -105,6 +105,33 @@ def test_the_watch_counts_silence_from_the_last_answer_and_busy_time_from_its_st
     assert (watch.busy, watch.busy_for()) == ("recovering", 5.0)
     watch.note_busy(None)
     assert (watch.busy, watch.busy_for()) == (None, 0.0)
+
+
+def test_commit_markers_past_the_last_record_are_no_fold_lag():
+    """A transactional partition ends with a commit marker: the fold commits the
+    offset after its last record, one short of the end, and never more."""
+    # Records at 0..9, each its own transaction: markers at 1, 3, .., 19; end 20.
+    assert fold_lag_of(20, 19, position=20, in_flight=False) == 0
+    # A partition of markers only (aborted writes), nothing ever committed.
+    assert fold_lag_of(6, None, position=6, in_flight=False) == 0
+
+
+def test_the_fold_lag_counts_to_the_end_while_the_fold_is_not_current():
+    # The consumer has not read to the end: every offset left, markers included.
+    assert fold_lag_of(20, 11, position=14, in_flight=False) == 9
+    # It has, but a record it read is still being folded or waits for its commit.
+    assert fold_lag_of(20, 11, position=20, in_flight=True) == 9
+    # Its position is not known (just assigned): counted to the end.
+    assert fold_lag_of(20, 19, position=None, in_flight=False) == 1
+    assert fold_lag_of(20, None, position=None, in_flight=False) == 20
+
+
+def test_the_watch_keeps_the_positions_asked_with_the_last_answer():
+    watch = ClusterWatch(ManualClock())
+    watch.answered({0: 7, 1: 9}, {0: 7})
+    assert (watch.end_offsets, watch.positions) == ({0: 7, 1: 9}, {0: 7})
+    watch.answered({0: 8})
+    assert watch.positions == {}
 
 
 class BreakableTransport(MemoryTransport):

@@ -35,6 +35,7 @@ from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
+from faust.types import TP
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from app.faust_changes import ChangedApp, classes, fetching, producing, recovering
@@ -1310,3 +1311,44 @@ async def test_faust_s_own_recovery_ends_it_as_aborted_transactions_and_reads_no
     recovery.active_highwaters[CHANGELOG] = 14
     recovery.active_offsets[CHANGELOG] = -1
     assert await _aborted_after_two_idle_polls(app, monkeypatch) == 14
+
+
+# --- FAUST-18: a transactional partition's commit reaches the offset after its last record
+
+
+async def _hand_over_and_ack(consumer, tp, offsets: list[int]) -> None:
+    """What Faust's fetch loop and the fold do per record: a gap for the offsets
+    skipped before it (``_drain_messages``), then the record's acknowledgement."""
+    read = None
+    for offset in offsets:
+        if read is not None and offset - read > 1:
+            await consumer._add_gap(tp, read + 1, offset)
+        consumer._acked[tp].append(offset)
+        consumer._acked_index[tp].add(offset)
+        read = offset
+
+
+async def test_a_commit_of_a_transactional_partition_reaches_the_offset_after_its_last_record():
+    """Each record its own transaction: records at even offsets, commit markers at
+    odd ones. The gap Faust noted before a record covered the record too, so its
+    offset was acked twice and a commit stopped at the first repeat: two offsets,
+    one record, per partition per commit interval."""
+    consumer = _app("change-test-gaps").consumer
+    tp = TP("state", 0)
+    await _hand_over_and_ack(consumer, tp, list(range(0, 20, 2)))
+    assert consumer._new_offset(tp) == 19
+
+
+async def test_a_commit_after_a_gap_at_the_head_waits_for_nothing_already_acked():
+    consumer = _app("change-test-gaps-committed").consumer
+    tp = TP("state", 0)
+    consumer._committed_offset[tp] = 5
+    await _hand_over_and_ack(consumer, tp, [5, 6, 9, 10, 12])
+    assert consumer._new_offset(tp) == 13
+
+
+def test_faust_still_passes_the_record_s_own_offset_as_its_gap_s_end():
+    source = inspect.getsource(faust_consumer.Consumer._drain_messages)
+    assert "await self._add_gap(tp, r_offset + 1, offset)" in source
+    gap = inspect.getsource(faust_consumer.Consumer._add_gap)
+    assert "gap_for_tp.addi(offset_from, offset_to + 1)" in gap

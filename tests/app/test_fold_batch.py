@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 from faust.exceptions import ProducerSendError
 
 import agents.fold.agent
+import agents.fold.chunk
 from agents.fold import role_value
 from agents.fold.agent import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.fold.rules import fold
@@ -119,21 +120,31 @@ async def test_a_batch_publishes_each_record_s_events_in_the_batch_s_order(ctx):
 
 
 async def test_a_record_the_fold_fails_on_costs_only_that_record(ctx, monkeypatch, caplog):
+    """The chunk changes a role's value in place: a record whose fold raised half
+    way leaves its role's value as the role's other records make it."""
     histories = histories_in_two_partitions()
     batch = interleaved(histories)
-    broken = batch[1].message.offset, batch[1].message.partition
-    real_fold = agents.fold.agent.fold
+    broken = batch[len(histories) + 1].message  # a role's second record, more to follow
+    real_step = agents.fold.chunk.step
 
-    def failing_fold(value, record, partition, partitions, **kwargs):
-        if (record.offset, partition) == broken:
+    def failing_step(value, folder, key, record):
+        if (record.offset, value.partition) == (broken.offset, broken.partition):
+            value.last_offset = record.offset
+            value.state.skipped += 100
+            value.state.entries.clear()
             raise RuntimeError("a bug in the fold")
-        return real_fold(value, record, partition, partitions, **kwargs)
+        return real_step(value, folder, key, record)
 
-    monkeypatch.setattr(agents.fold.agent, "fold", failing_fold)
+    monkeypatch.setattr(agents.fold.chunk, "step", failing_step)
     await apply_batch(ctx, batch)
     assert "fold failed at partition" in caplog.text
-    # Every role is written; only the broken record's role misses that record.
-    assert len(ctx.tables.role_state.writes) == len(histories)
+    expected = one_by_one({
+        role: (partition, [r for r in records
+                           if (r.offset, partition) != (broken.offset, broken.partition)])
+        for role, (partition, records) in histories.items()})
+    table = ctx.tables.role_state
+    assert len(table.writes) == len(histories)
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == expected
 
 
 class FailingOnce(Published):
@@ -274,3 +285,32 @@ async def test_a_record_no_role_owns_is_counted_once_when_its_batch_is_folded_ag
         "coordination_skipped_records_total",
         {"partition": str(partition), "reason": "undecodable-key"})
     assert skipped == 1
+
+
+async def test_a_chunk_whose_publishing_stops_half_way_writes_the_values_of_what_it_published():
+    """Faust acknowledges a chunk's events even when the agent stops with them (a
+    cancellation at shutdown): the values written are those of the records whose
+    events were all published, never a value ahead of its events."""
+    histories = histories_in_two_partitions()
+    batch = interleaved(histories)
+    ctx = make_ctx()
+    ctx.tables.role_state = Written()
+    ctx.events_topic = FailingOnce("elected", KafkaTimeoutError())
+    with pytest.raises(KafkaTimeoutError):
+        await apply_batch(ctx, batch)
+    stopped = next(i for i, event in enumerate(batch)
+                   if agents.fold.agent._record(event.message) in
+                   [r for _, records in histories.values() for r in records[1:2]])
+    published = {}
+    for event in batch[:stopped]:
+        message = event.message
+        record = agents.fold.agent._record(message)
+        role = next(r for r, (_, records) in histories.items() if record in records)
+        published.setdefault(role, (message.partition, []))[1].append(record)
+    assert published  # the records before the first lease: the registrations
+    table = ctx.tables.role_state
+    assert {key.decode(): role_value.decode(raw) for key, raw in table.items()} == \
+        one_by_one(published)
+    assert story(ctx.events_topic.values) == [
+        (role, "member-joined", records[0].offset, None)
+        for role, (_, records) in published.items()]

@@ -25,7 +25,7 @@ def test_codec_authority_check_and_fold_throughput_for_krabka_write_the_json_sha
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "codec", "authority-check", "fold-throughput",
-         "--systems", "krabka",
+         "--systems", "krabka", "--fold-workloads", "contiguous",
          "--trials", "3", "--quick", "--bootstrap-servers", kafka_bootstrap,
          "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
@@ -37,8 +37,8 @@ def test_codec_authority_check_and_fold_throughput_for_krabka_write_the_json_sha
     assert ("codec", "krabka", "encode") in figures
     assert ("codec", "krabka", "decode") in figures
     assert ("authority-check", "krabka", None) in figures
-    assert ("fold-throughput", "krabka", None) in figures
-    assert ("fold-throughput", "aiokafka-raw", None) in figures
+    assert ("fold-throughput", "krabka", "contiguous") in figures
+    assert ("fold-throughput", "aiokafka-raw", "contiguous") in figures
     for result in results:
         assert set(result) >= KEYS, result
         assert result["n"] == len(result["samples"]) > 0
