@@ -22,7 +22,9 @@ sign of life, located at that sign.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from agents.events import LeadershipEvent
 from agents.fold.partition_value import PartitionValue, SkipKind
@@ -50,6 +52,14 @@ __all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_term
 
 
 
+class _RoleKey(Protocol):
+    @property
+    def role(self) -> str: ...
+
+
+_K = TypeVar("_K", bound=_RoleKey)
+
+
 @dataclass(frozen=True, slots=True)
 class Unattributed:
     """Why a record belongs to no role of its partition."""
@@ -60,31 +70,26 @@ class Unattributed:
 
 def route(record: Record, partition: int, partitions: int) -> Key | Unattributed:
     """The record's decoded key, or why it cannot be folded into any role here."""
-    try:
-        key = decode_key(record.key)
-    except FormatError as exc:
-        return Unattributed("undecodable-key", str(exc))
-    home = role_partition(key.role, partitions)
-    if home != partition:
-        return Unattributed(
-            "misplaced",
-            f"role {key.role!r} belongs to partition {home}, read from partition {partition}",
-        )
-    return key
+    return _routed(record, partition, partitions, decode_key, "partition")
 
 
 def route_term(record: Record, partition: int, partitions: int) -> TermKey | Unattributed:
     """The terms record's decoded key, or why no role of `partition` owns it."""
+    return _routed(record, partition, partitions, decode_term_key, "terms partition")
+
+
+def _routed(record: Record, partition: int, partitions: int,
+            decode: Callable[[bytes], _K], read_from: str) -> _K | Unattributed:
+    """`record`'s key decoded by `decode`, if its role's home is `partition`."""
     try:
-        key = decode_term_key(record.key)
+        key = decode(record.key)
     except FormatError as exc:
         return Unattributed("undecodable-key", str(exc))
     home = role_partition(key.role, partitions)
     if home != partition:
         return Unattributed(
             "misplaced",
-            f"role {key.role!r} belongs to partition {home}, read from terms partition "
-            f"{partition}",
+            f"role {key.role!r} belongs to partition {home}, read from {read_from} {partition}",
         )
     return key
 
