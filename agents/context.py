@@ -187,3 +187,5 @@ class AgentContext(Protocol):
     """Set by the role service once it has connected (None until then)."""
     rebalancer: Rebalancer | None
     """Set by the rebalancing once the role service has connected."""
+    rebalancing_ended: str | None
+    """Set by the rebalancing when a bug ends it: why (``GET /rebalance/``'s `off`)."""

@@ -145,7 +145,7 @@ def move_json(move: Move) -> dict[str, Any]:
 def rebalance_json(ctx: AgentContext) -> dict[str, Any]:
     """This worker's part of ``GET /rebalance/`` (docs/app.md#web-view)."""
     rebalancer = ctx.rebalancer
-    off = ctx.settings.rebalancing_off
+    off = ctx.settings.rebalancing_off or ctx.rebalancing_ended
     return {
         "member": ctx.member,
         "enabled": off is None,
@@ -192,6 +192,7 @@ class WorkerRebalancing:
             return
         log.error("%s failed with a bug; member %s stops rebalancing",
                   task.get_name(), self.ctx.member, exc_info=task.exception())
+        self.ctx.rebalancing_ended = f"{task.get_name()} failed with a bug: {task.exception()!r}"
         for other in self._tasks:
             other.cancel()
 

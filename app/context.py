@@ -71,6 +71,8 @@ class Context:
     rebalancer: Rebalancer | None = None
     """The rebalancing of this worker's balanced roles (None until the role service has
     connected, and for good when `Settings.rebalancing_off` says why; agents.rebalancing)."""
+    rebalancing_ended: str | None = None
+    """Why this worker's rebalancing ended while the worker runs (a bug), if it did."""
     due: DueIndex = field(default_factory=DueIndex)
     """When each role's value next has a lapse for the tick agent to report
     (`agents.fold.agent`)."""

@@ -16,7 +16,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.rebalancing import RoleStates, WorkerRebalancing, live_members, retry_delay
+from agents.rebalancing import (
+    RoleStates,
+    WorkerRebalancing,
+    live_members,
+    rebalance_json,
+    retry_delay,
+)
 from agents.roles import RoleRunner
 from app.factory import build
 from app.settings import Settings
@@ -177,6 +183,8 @@ async def test_a_bug_while_reading_the_states_ends_the_worker_s_rebalancing_loud
     assert "stops rebalancing" in record.getMessage()
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], TypeError)
+    assert rebalance_json(a.ctx)["off"] == (
+        "rebalancing: role states failed with a bug: TypeError('a bug')")
     await rebalancing.stop()  # the shutdown goes on past it
 
 
@@ -198,6 +206,9 @@ async def test_a_bug_in_a_plan_ends_the_worker_s_rebalancing_loudly(caplog):
         assert tasks[0].cancelled(), "the states are no longer followed"
         assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
             "rebalancing: plans failed with a bug; member a stops rebalancing"]
+        shown = rebalance_json(a.ctx)
+        assert not shown["enabled"], "the web view does not show an ended rebalancing as on"
+        assert shown["off"] == "rebalancing: plans failed with a bug: TypeError('a bug')"
     finally:
         await rebalancing.stop()
         await stop(cluster, a)
