@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from app.faust_changes import ChangedApp
@@ -112,13 +113,14 @@ def resume(partition: int, offset: int) -> bool:
 
 
 @app.on_before_shutdown.connect
-async def close_terms(sender: Any, **kwargs: Any) -> None:
+async def close_terms(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
     for reader in terms:
         await reader.close()
 
 
 @app.on_partitions_revoked.connect
-async def forget_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+async def forget_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    revoked: AbstractSet[Any] = args[0]  # Faust sends the revoked partitions positionally
     # Another worker may move the marks while it holds the partition: restore
     # them from the table again if this one gets it back.
     restored.difference_update(tp.partition for tp in revoked if tp.topic == TOPIC)
