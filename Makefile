@@ -12,7 +12,7 @@ KAFKA_PORT ?= 9092
 # the client settings (deploy/kafka/README.md). Use another KAFKA_DIR than a plaintext one.
 SECURE ?=
 
-.PHONY: run test lint typecheck unit integration deploy-check bench peers venv kafka-jars browser kafka-up kafka-down kafka-status clean
+.PHONY: run test lint typecheck unit integration deploy-check bench peers venv kafka-jars promtool browser kafka-up kafka-down kafka-status clean
 
 # RUN_ARGS: more options of deploy/run.py (--web-port, --run-dir, --partitions, --workers).
 run: venv kafka-jars
@@ -22,20 +22,21 @@ run: venv kafka-jars
 # rest and the tests with brokers of their own), then the tests marked `alone`
 # (tests/split_run.py). SPLIT=0: one pytest process.
 SPLIT ?= 1
-test: venv kafka-jars browser lint typecheck
+test: venv kafka-jars promtool browser lint typecheck
 	$(PY) -m $(if $(filter 0,$(SPLIT)),pytest,tests.split_run) $(PYTEST_ARGS)
 
 # Offline and quick: no broker, and not the install test (it builds the wheel and
 # installs it from PyPI into a fresh virtualenv; `make test` runs it).
-unit: venv lint typecheck
+unit: venv promtool lint typecheck
 	$(PY) -m pytest -m "not integration and not install" $(PYTEST_ARGS)
 
 integration: venv kafka-jars
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 # The deploy files against the Kubernetes schemas, hadolint and the Compose
-# Specification, offline (the unit tests run the same checks; docs/deploy.md).
-deploy-check: venv
+# Specification, and the alerts with promtool (check and unit tests), offline
+# (the unit tests run the same checks; docs/deploy.md).
+deploy-check: venv promtool
 	$(PY) deploy/validate.py
 
 lint: venv
@@ -74,6 +75,11 @@ $(VENV)/.installed: pyproject.toml
 
 kafka-jars:
 	bash deploy/kafka/fetch-jars.sh
+
+# Prometheus's promtool, unpacked from Debian's prometheus package into
+# .cache/prometheus/bin without installing it (no root needed; deploy/validate.py).
+promtool:
+	bash deploy/prometheus/fetch-promtool.sh
 
 # Debian's chromium, for the dashboard test (best effort; see the script).
 browser:

@@ -6,8 +6,9 @@ read_committed consumer, and the worker's change FAUST-15 makes ``highwaters`` a
 broker); `keep_probing` runs it as soon as the worker's tasks start and then
 every probe interval, and `app.readiness.ClusterWatch` keeps the answer.
 `snapshot` gathers the rest at the instant ``GET /ready`` is asked;
-`app.readiness.assess` decides. `fold_lag` is also the source of the
-``coordination_fold_lag_offsets`` gauge (`app.metrics`).
+`app.readiness.assess` decides (`verdict`). `fold_lag` and `verdict` are also
+the sources of the ``coordination_fold_lag_offsets`` and
+``coordination_ready`` gauges (`app.metrics`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 from faust.types import TP
 
 from app.context import Context
-from app.readiness import Snapshot, fold_lag_of
+from app.readiness import Snapshot, Verdict, assess, fold_lag_of
 
-__all__ = ["busy", "fold_lag", "keep_probing", "probe", "snapshot"]
+__all__ = ["busy", "fold_lag", "keep_probing", "probe", "snapshot", "verdict"]
 
 log = logging.getLogger("app.health")
 
@@ -142,3 +143,8 @@ def snapshot(ctx: Context) -> Snapshot:
         busy=ctx.cluster.busy,
         busy_for=ctx.cluster.busy_for(),
     )
+
+
+def verdict(ctx: Context) -> Verdict:
+    """Whether this worker is ready now, and why not (``GET /ready``)."""
+    return assess(snapshot(ctx), ctx.readiness)

@@ -295,7 +295,8 @@ def _raw_topic(app: faust.App, name: str, partitions: int, *, internal: bool = F
 
 
 def _export_metrics(ctx: Context) -> None:
-    """Faust's sensor figures and the fold lag on the worker's registry (docs/app.md#metrics).
+    """Faust's sensor figures, the fold lag and readiness on the worker's registry
+    (docs/app.md#metrics).
 
     An app that set a monitor of its own keeps it: its figures are then the
     app's affair, and only the coordination's reach ``GET /metrics``.
@@ -306,6 +307,7 @@ def _export_metrics(ctx: Context) -> None:
         log.info("app %r has its own Faust monitor (%s): Faust's figures are not exported "
                  "at /metrics", ctx.app.conf.id, type(ctx.app.monitor).__qualname__)
     ctx.metrics.follow_fold_lag(lambda: health.fold_lag(ctx))
+    ctx.metrics.follow_readiness(lambda: health.verdict(ctx).ready)
 
 
 def _probe_cluster(ctx: Context) -> None:

@@ -15,9 +15,13 @@ many) never share or collide on a figure. On it:
 - Faust's own figures, recorded by Faust's `PrometheusMonitor` sensor on the
   same registry (`faust_monitor`), under the fixed prefix ``faust_`` so that
   dashboards do not depend on the app id;
-- the fold lag per state partition, computed when scraped from a source the
-  composition root supplies (`follow_fold_lag`): the rule lives with the
-  readiness probe (`app.health.fold_lag`), not here.
+- the fold lag per state partition and the readiness verdict, computed when
+  scraped from sources the composition root supplies (`follow_fold_lag`,
+  `follow_readiness`): their rules live with the readiness probe
+  (`app.health.fold_lag`, `app.readiness.assess`), not here;
+- the build: the versions of this package, Python, Faust and aiokafka, one
+  constant series (``coordination_build_info``), so that an alert or a
+  dashboard can tell which release a worker runs.
 
 `GET /metrics` serves `render`: the format the scraper's ``Accept`` header
 asks for (OpenMetrics or the Prometheus text format), as prometheus_client's
@@ -26,10 +30,13 @@ own HTTP handlers choose it.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Collection, Iterator, Mapping
 from enum import Enum
 from typing import TypeVar
 
+import aiokafka
+import faust
 from faust.sensors.prometheus import FaustMetrics, PrometheusMonitor
 from prometheus_client import (
     CollectorRegistry,
@@ -37,6 +44,7 @@ from prometheus_client import (
     Gauge,
     GCCollector,
     Histogram,
+    Info,
     Metric,
     PlatformCollector,
     ProcessCollector,
@@ -45,27 +53,40 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from coordination.cli import installed_version
 from coordination.errors import InvalidStateError
 
-__all__ = ["FAUST_PREFIX", "FOLD_LAG", "RENEWAL_BUCKETS", "Cardinality", "Metrics"]
+__all__ = ["BUILD_INFO", "FAUST_PREFIX", "FOLD_LAG", "READY", "RENEWAL_BUCKETS", "Cardinality",
+           "Metrics", "build_labels"]
 
 RENEWAL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FAUST_PREFIX = "faust"
 FOLD_LAG = "coordination_fold_lag_offsets"
+READY = "coordination_ready"
+BUILD_INFO = "coordination_build_info"
 
 FoldLagSource = Callable[[], Mapping[int, int]]
+ReadinessSource = Callable[[], bool]
 
 
-class _FoldLag(Collector):
-    """The fold lag gauge, read from its source at each scrape.
+def build_labels() -> dict[str, str]:
+    """The labels of ``coordination_build_info``: this package's installed version
+    (as ``krabka-coordination --version`` reports it), Python's, Faust's, aiokafka's."""
+    return {"version": installed_version(), "python": platform.python_version(),
+            "faust": faust.__version__, "aiokafka": aiokafka.__version__}
+
+
+class _AtScrape(Collector):
+    """A gauge read from its source at each scrape; no sample until it has a source.
 
     A custom collector (prometheus_client's way to export values computed
     when scraped) rather than a `Gauge` set on a timer: the figure is then
-    as fresh as the readiness verdict at the same instant.
+    as fresh as ``GET /ready``'s verdict at the same instant.
     """
 
-    def __init__(self) -> None:
-        self.source: FoldLagSource | None = None
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        self._name, self._documentation, self._labels = name, documentation, labels
+        self.source: Callable[[], Mapping[tuple[str, ...], float]] | None = None
 
     def describe(self) -> list[Metric]:
         return [self._family()]
@@ -73,17 +94,12 @@ class _FoldLag(Collector):
     def collect(self) -> Iterator[Metric]:
         family = self._family()
         if self.source is not None:
-            for partition, lag in sorted(self.source().items()):
-                family.add_metric([str(partition)], lag)
+            for labels, value in self.source().items():
+                family.add_metric(list(labels), value)
         yield family
 
-    @staticmethod
-    def _family() -> GaugeMetricFamily:
-        return GaugeMetricFamily(
-            FOLD_LAG,
-            "Offsets between the fold's committed position and the end (last stable "
-            "offset) of each state partition this worker folds",
-            labels=["partition"])
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
 
 
 class Cardinality(Enum):
@@ -177,8 +193,17 @@ class Metrics:
             "coordination_skipped_records",
             "State-topic records the fold on this worker skipped", ["partition", "reason"],
             registry=registry)
-        self._fold_lag = _FoldLag()
+        self._fold_lag = _AtScrape(
+            FOLD_LAG,
+            "Offsets between the fold's committed position and the end (last stable "
+            "offset) of each state partition this worker folds", ["partition"])
         registry.register(self._fold_lag)
+        self._ready = _AtScrape(
+            READY, "1 while this worker is ready (GET /ready answers 200), else 0", [])
+        registry.register(self._ready)
+        Info(BUILD_INFO.removesuffix("_info"),
+             "The versions this worker runs: krabka-coordination, Python, Faust, aiokafka",
+             registry=registry).info(build_labels())
         self.faust = FaustMetrics.create(registry, FAUST_PREFIX)
 
     @property
@@ -243,7 +268,11 @@ class Metrics:
 
     def follow_fold_lag(self, source: FoldLagSource) -> None:
         """Export `source()` (per state partition: offsets behind) at each scrape."""
-        self._fold_lag.source = source
+        self._fold_lag.source = lambda: {(str(p),): lag for p, lag in sorted(source().items())}
+
+    def follow_readiness(self, source: ReadinessSource) -> None:
+        """Export `source()` (whether this worker is ready) as 1 or 0 at each scrape."""
+        self._ready.source = lambda: {(): int(source())}
 
     def faust_monitor(self) -> PrometheusMonitor:
         """A Faust sensor that records Faust's figures on this registry (for ``app.monitor``)."""

@@ -37,8 +37,7 @@ from agents.fold.partition_value import partition_key
 from agents.peers import Unreachable, fetch_json
 from agents.rebalancing import rebalance_json
 from app.context import Context
-from app.health import snapshot
-from app.readiness import assess
+from app.health import verdict
 from app.web.dashboard import DASHBOARD_HTML
 from app.web.event_stream import stream_events
 from app.web.role_view import detail, merged_state, row, skips_of_values
@@ -340,9 +339,9 @@ class Views:
 
     async def ready(self, request: web.Request) -> web.Response:
         """Whether this worker should get traffic: 200, or 503 with the reasons."""
-        verdict = assess(snapshot(self.ctx), self.ctx.readiness)
-        body = {"member": self.ctx.member, **verdict.json()}
-        return web.json_response(body, status=200 if verdict.ready else 503)
+        answer = verdict(self.ctx)
+        body = {"member": self.ctx.member, **answer.json()}
+        return web.json_response(body, status=200 if answer.ready else 503)
 
     async def health(self, request: web.Request) -> web.Response:
         """Liveness: answering at all shows the event loop turns. Then this

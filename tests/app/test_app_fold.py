@@ -30,6 +30,7 @@ from coordination import (
     registration_key,
     role_partition,
 )
+from tests.support.event_schema import published
 from tests.support.logs import Log
 
 PARTITIONS = 4
@@ -61,6 +62,8 @@ class Folder:
             assert value is not None
             self.values[key.role] = role_value.decode(role_value.encode(value))
             new_events += events
+        for event in new_events:
+            published(event.encode())
         self.events += new_events
         return new_events
 

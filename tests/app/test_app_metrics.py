@@ -1,13 +1,17 @@
 """The worker's metrics: one Prometheus registry per worker, with the process
-figures, the coordination figures as events happen, the fold lag read at each
-scrape, and Faust's sensor figures recorded on the same registry; the series
-each role costs, labelled by role or, above the per-role limit, not."""
+figures, the coordination figures as events happen, the fold lag and the
+readiness verdict read at each scrape, the build's versions, and Faust's sensor
+figures recorded on the same registry; the series each role costs, labelled by
+role or, above the per-role limit, not."""
 
 from __future__ import annotations
 
 import asyncio
+import platform
 from collections import Counter
 
+import aiokafka
+import faust
 import pytest
 from faust.types import TP
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,16 +19,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.roles import MetricsObserver, RoleRunner
 from app.factory import build, create_app
 from app.install import install
-from app.metrics import FOLD_LAG, Cardinality, Metrics
+from app.metrics import BUILD_INFO, FOLD_LAG, READY, Cardinality, Metrics
 from app.settings import Settings
 from coordination import (
     STATE_TOPIC,
     InvalidStateError,
     Leadership,
     LeadershipOptions,
+    ManualClock,
     MemoryBroker,
     MemoryTransport,
 )
+from coordination.cli import installed_version
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
@@ -109,6 +115,40 @@ def test_the_fold_lag_is_read_from_its_source_at_each_scrape():
     figures = rendered(m)
     assert figures[f'{FOLD_LAG}{{partition="0"}}'] == 2
     assert f'{FOLD_LAG}{{partition="2"}}' not in figures
+
+
+def test_readiness_is_read_from_its_source_at_each_scrape():
+    m = Metrics()
+    assert READY not in rendered(m)  # no source yet
+    ready = [False]
+    m.follow_readiness(lambda: ready[0])
+    assert rendered(m)[READY] == 0
+    ready[0] = True
+    assert rendered(m)[READY] == 1
+
+
+def test_a_built_worker_exports_the_verdict_of_get_ready():
+    clock = ManualClock()
+    broker = MemoryBroker(clock=clock)
+    broker.create_topic(STATE_TOPIC, 4)
+    settings = Settings(partitions=4, app_id="test-metrics-ready", member_id="m")
+    ctx = build(settings, store="memory://", roles={}, clock=clock,
+                transport_factory=lambda: MemoryTransport(broker))
+    assert rendered(ctx.metrics)[READY] == 0  # no transport, no answer from the cluster
+    ctx.transport = MemoryTransport(broker)
+    ctx.cluster.answered({p: 0 for p in range(4)})
+    assert rendered(ctx.metrics)[READY] == 1
+    clock.advance(settings.ready_cluster_timeout + 0.1)  # the cluster silent too long
+    assert rendered(ctx.metrics)[READY] == 0
+
+
+def test_the_build_info_names_the_versions_the_worker_runs():
+    (name,) = [n for n in rendered(Metrics()) if n.startswith(BUILD_INFO + "{")]
+    assert rendered(Metrics())[name] == 1
+    labels = {"aiokafka": aiokafka.__version__, "faust": faust.__version__,
+              "python": platform.python_version(), "version": installed_version()}
+    assert name == BUILD_INFO + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    assert installed_version() != "unknown (not installed)"  # the editable install's
 
 
 def test_a_built_worker_records_fausts_sensor_figures_on_its_own_registry():

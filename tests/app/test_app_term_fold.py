@@ -36,6 +36,7 @@ from coordination import (
 )
 from coordination import role_partition as partition_of
 from coordination.events import describe
+from tests.support.event_schema import published
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks
 from tests.support.term_logs import TermLog
@@ -60,6 +61,8 @@ class TermFolder:
             assert value is not None
             self.value = role_value.decode(role_value.encode(value))
             new += events
+        for event in new:
+            published(event.encode())
         self.events += new
         return new
 
@@ -67,6 +70,8 @@ class TermFolder:
         assert self.value is not None
         value, events = expire_term(self.value, now_ms, TIMEOUT)
         self.value = role_value.decode(role_value.encode(value))
+        for event in events:
+            published(event.encode())
         return events
 
 
@@ -206,7 +211,7 @@ class Delivered:
 
     async def send(self, *, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
         acknowledged = asyncio.get_running_loop().create_future()
-        failing, kind = self.failing, orjson.loads(value)["kind"]
+        failing, kind = self.failing, published(value)["kind"]
         if failing is not None and kind == "elected":
             self.failing = None
             if failing == "send":

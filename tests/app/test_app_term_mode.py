@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 import pytest
 
 from coordination import TERM_HEADER, decode_term_header, role_partition
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
+from tests.support.event_schema import published
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def logs_on_failure(group: AppGroup) -> Any:
 def elected_events(group: AppGroup) -> list[dict[str, Any]]:
     seen, events = set(), []
     for record in group.read(group.events_topic):
-        event = orjson.loads(record.value)
+        event = published(record.value)
         key = (event["role"], event["kind"], event["offset"])
         if event["role"] == DEMO and event["kind"] == "elected" and key not in seen:
             seen.add(key)
