@@ -1,20 +1,24 @@
 """deploy/kafka/kafka.py without a broker (the session fixture starts the real one).
 
-The CLI is run as the Makefile runs it; its pure parts are loaded from the file.
+The CLI is run as the Makefile runs it; its pure parts are imported from its
+modules (`deploy.kafka.*`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from deploy.kafka.cluster import Cluster
+from deploy.kafka.security import client_settings, scram_arguments
+from deploy.kafka.storage import server_properties
+from deploy.kafka.wire import api_versions_ok, metadata_brokers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "kafka.py"
 
@@ -27,17 +31,6 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-
-
-@pytest.fixture(scope="module")
-def kafka_py() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("local_kafka_script", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_status_of_an_empty_dir_exits_3(tmp_path: Path) -> None:
@@ -64,11 +57,11 @@ def test_only_one_or_three_nodes(tmp_path: Path) -> None:
     assert not (tmp_path / "cluster.json").exists()
 
 
-def test_three_node_properties(kafka_py: ModuleType, tmp_path: Path) -> None:
-    cluster = kafka_py.Cluster(str(tmp_path), 3, 19092, "id", "512m", None, 19192)
+def test_three_node_properties(tmp_path: Path) -> None:
+    cluster = Cluster(str(tmp_path), 3, 19092, "id", "512m", None, 19192)
     props = [
         dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
-        for text in (kafka_py.server_properties(cluster, node) for node in (1, 2, 3))
+        for text in (server_properties(cluster, node) for node in (1, 2, 3))
     ]
     assert [p["node.id"] for p in props] == ["1", "2", "3"]
     assert {p["controller.quorum.voters"] for p in props} == {
@@ -84,9 +77,9 @@ def test_three_node_properties(kafka_py: ModuleType, tmp_path: Path) -> None:
     assert cluster.bootstrap() == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
 
 
-def test_single_node_replication_is_one(kafka_py: ModuleType, tmp_path: Path) -> None:
-    cluster = kafka_py.Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192)
-    text = kafka_py.server_properties(cluster, 1)
+def test_single_node_replication_is_one(tmp_path: Path) -> None:
+    cluster = Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192)
+    text = server_properties(cluster, 1)
     assert "transaction.state.log.replication.factor=1\n" in text
     assert "transaction.state.log.min.isr=1\n" in text
     assert "offsets.topic.replication.factor=1\n" in text
@@ -115,23 +108,20 @@ def silent_listener() -> Iterator[int]:
     server.close()
 
 
-def test_readiness_is_a_kafka_request_not_a_port_check(
-    kafka_py: ModuleType, silent_listener: int
-) -> None:
-    assert not kafka_py.api_versions_ok(silent_listener)
-    assert kafka_py.metadata_brokers(silent_listener) is None
+def test_readiness_is_a_kafka_request_not_a_port_check(silent_listener: int) -> None:
+    assert not api_versions_ok(silent_listener)
+    assert metadata_brokers(silent_listener) is None
 
 
 def test_a_secure_cluster_has_only_a_sasl_ssl_listener_and_the_authorizer(
-    kafka_py: ModuleType, tmp_path: Path
-) -> None:
-    cluster = kafka_py.Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192,
-                               secure=True, users=("worker",))
+        tmp_path: Path) -> None:
+    cluster = Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192,
+                      secure=True, users=("worker",))
     folder = cluster.secure_dir()
     folder.mkdir()
     for name in ("store", "admin", "worker"):
         (folder / f"{name}.password").write_text(f"{name}-secret\n")
-    text = kafka_py.server_properties(cluster, 1)
+    text = server_properties(cluster, 1)
     props = dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
     assert props["listeners"] == "SASL_SSL://127.0.0.1:19092,CONTROLLER://127.0.0.1:19192"
     assert props["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL"
@@ -140,10 +130,10 @@ def test_a_secure_cluster_has_only_a_sasl_ssl_listener_and_the_authorizer(
     assert props["allow.everyone.if.no.acl.found"] == "false"
     jaas = props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
     assert 'username="admin" password="admin-secret"' in jaas
-    assert kafka_py.scram_arguments(cluster) == [
+    assert scram_arguments(cluster) == [
         "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]",
         "--add-scram", "SCRAM-SHA-512=[name=worker,password=worker-secret]"]
-    assert kafka_py.client_settings(cluster, "worker")["KAFKA_SASL_PASSWORD_FILE"] == str(
+    assert client_settings(cluster, "worker")["KAFKA_SASL_PASSWORD_FILE"] == str(
         folder / "worker.password")
 
 
