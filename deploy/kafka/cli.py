@@ -17,6 +17,7 @@ from deploy.kafka.cluster import (
     save_cluster,
 )
 from deploy.kafka.errors import KafkaScriptError, NodeFailed
+from deploy.kafka.probe import answering, finalized_features, node_ready, quiet_client_logs
 from deploy.kafka.process import (
     KAFKA_VERSION,
     launch,
@@ -28,7 +29,6 @@ from deploy.kafka.process import (
 )
 from deploy.kafka.security import make_secrets
 from deploy.kafka.storage import format_storage, random_cluster_id
-from deploy.kafka.wire import Wire, api_versions_ok, finalized_features, node_ready
 
 DESCRIPTION = "Local Apache Kafka brokers (KRaft, combined broker+controller) from Maven jars."
 EXIT_DOWN = 3
@@ -167,12 +167,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     all_up = True
     for node in cluster.node_ids():
         pid = running_pid(cluster, node)
-        answering = pid is not None and api_versions_ok(cluster.broker_port(node), cluster.host,
-                                                         Wire(cluster))
-        all_up = all_up and answering
+        answers = pid is not None and answering(cluster, node)
+        all_up = all_up and answers
         print(
             f"node {node}: pid {pid or '-'} {'alive' if pid else 'dead'} "
-            f"{'answering' if answering else 'not answering'} "
+            f"{'answering' if answers else 'not answering'} "
             f"{cluster.host}:{cluster.broker_port(node)} log {cluster.log_path(node)}"
         )
     print(cluster.bootstrap())
@@ -201,7 +200,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     node = next((n for n in cluster.node_ids() if running_pid(cluster, n)), None)
     if node is None:
         raise KafkaScriptError(f"no node of {cluster.dir} is running")
-    features = finalized_features(cluster.broker_port(node), cluster.host, Wire(cluster))
+    features = finalized_features(cluster, node)
     for name, level in sorted(features.items()):
         print(f"{name}={level}")
     return 0
@@ -274,6 +273,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    quiet_client_logs()
     try:
         return int(args.func(args))
     except KafkaScriptError as exc:

@@ -10,26 +10,35 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy.kafka.cluster import Cluster
+from deploy.kafka.errors import KafkaScriptError
+from deploy.kafka.probe import (
+    PROBE_TIMEOUT,
+    answering,
+    connection,
+    metadata_brokers,
+    node_ready,
+)
 from deploy.kafka.security import client_settings, scram_arguments
 from deploy.kafka.storage import server_properties
-from deploy.kafka.wire import api_versions_ok, metadata_brokers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "kafka.py"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -37,6 +46,18 @@ def test_status_of_an_empty_dir_exits_3(tmp_path: Path) -> None:
     done = run("status", "--dir", str(tmp_path))
     assert done.returncode == 3, done
     assert "no cluster" in done.stdout
+
+
+def test_the_script_finds_its_modules_from_any_working_directory(tmp_path: Path) -> None:
+    done = run("status", "--dir", "cluster", cwd=tmp_path)
+    assert done.returncode == 3, done
+    assert "no cluster in cluster" in done.stdout
+
+
+def test_help_lists_every_command() -> None:
+    done = run("--help")
+    assert done.returncode == 0, done
+    assert "{up,down,status,features,kill,start-node}" in done.stdout
 
 
 def test_down_of_an_empty_dir_exits_0(tmp_path: Path) -> None:
@@ -85,11 +106,12 @@ def test_single_node_replication_is_one(tmp_path: Path) -> None:
     assert "offsets.topic.replication.factor=1\n" in text
 
 
-@pytest.fixture
-def silent_listener() -> Iterator[int]:
-    """A TCP port that accepts connections and never speaks Kafka."""
+def listener(*, answer: bool) -> Iterator[int]:
+    """A TCP port that accepts connections and never speaks Kafka: it closes
+    each one at once, or (`answer` False) holds it open and says nothing."""
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
+    held: list[socket.socket] = []
 
     def serve() -> None:
         server.settimeout(0.1)
@@ -98,19 +120,88 @@ def silent_listener() -> Iterator[int]:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
-            conn.close()
+            if answer:
+                conn.close()
+            else:
+                held.append(conn)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield server.getsockname()[1]
     stop.set()
     thread.join(timeout=5)
+    for conn in held:
+        conn.close()
     server.close()
 
 
-def test_readiness_is_a_kafka_request_not_a_port_check(silent_listener: int) -> None:
-    assert not api_versions_ok(silent_listener)
-    assert metadata_brokers(silent_listener) is None
+@pytest.fixture
+def closing_listener() -> Iterator[int]:
+    yield from listener(answer=True)
+
+
+@pytest.fixture
+def mute_listener() -> Iterator[int]:
+    yield from listener(answer=False)
+
+
+def cluster_on(folder: Path, port: int) -> Cluster:
+    return Cluster(str(folder), 1, port, "id", "512m", None, 19192)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_readiness_is_a_kafka_request_not_a_port_check(
+        closing_listener: int, tmp_path: Path) -> None:
+    cluster = cluster_on(tmp_path, closing_listener)
+    assert metadata_brokers(cluster, 1) is None
+    assert not answering(cluster, 1)
+    assert not node_ready(cluster, 1, {1})
+
+
+def test_a_node_that_never_answers_is_not_ready_within_the_probe_timeout(
+        mute_listener: int, tmp_path: Path) -> None:
+    started = time.monotonic()
+    assert metadata_brokers(cluster_on(tmp_path, mute_listener), 1) is None
+    assert time.monotonic() - started < PROBE_TIMEOUT + 1
+
+
+def test_a_node_nobody_listens_for_is_not_ready(tmp_path: Path) -> None:
+    assert not answering(cluster_on(tmp_path, free_port()), 1)
+
+
+def test_the_probes_of_a_secure_cluster_log_in_as_admin_with_its_client_settings(
+        tmp_path: Path) -> None:
+    cluster = Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192,
+                      secure=True, users=("worker",))
+    folder = cluster.secure_dir()
+    folder.mkdir()
+    (folder / "ca.pem").write_text("not read here\n")
+    (folder / "admin.password").write_text("admin-secret\n")
+    settings = connection(cluster)
+    assert settings.bootstrap_servers == "127.0.0.1:19092"
+    assert settings.security_protocol == "SASL_SSL"
+    assert settings.sasl_mechanism == "SCRAM-SHA-512"
+    assert settings.sasl_username == "admin"
+    assert settings.password() == "admin-secret"
+    assert settings.ssl_cafile == str(folder / "ca.pem")
+    assert settings.ssl_check_hostname
+
+
+def test_a_secure_cluster_without_its_secrets_is_a_clear_error(tmp_path: Path) -> None:
+    cluster = Cluster(str(tmp_path), 1, 19092, "id", "512m", None, 19192, secure=True)
+    with pytest.raises(KafkaScriptError, match="KAFKA_SASL_PASSWORD_FILE"):
+        connection(cluster)
+
+
+def test_a_plaintext_clusters_probes_use_no_tls_and_no_login(tmp_path: Path) -> None:
+    assert connection(cluster_on(tmp_path, 19092)).client_options() == {
+        "security_protocol": "PLAINTEXT"}
 
 
 def test_a_secure_cluster_has_only_a_sasl_ssl_listener_and_the_authorizer(
