@@ -39,9 +39,10 @@ super user, as the brokers' requests to them need. DIR/secure holds the CA
 
 This file is the entry point; the modules beside it do the work: `cli`
 (the commands), `cluster` (the layout in DIR), `storage` (server.properties
-and the format), `security` (`--secure`), `process` (the JVMs) and `probe`
+and the format), `security` (`--secure`), `process` (the JVMs), `probe`
 (the readiness probes, through aiokafka's client and the checkout's
-`coordination.kafka`; so run it with the project's virtualenv, .venv/bin/python).
+`coordination.kafka`; so run it with the project's virtualenv, .venv/bin/python)
+and `errors`.
 """
 
 from __future__ import annotations
