@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agents.events import describe
 from app.settings import Settings
 from coordination.defaults import PARTITIONS
+from deploy.kafka.process import ensure_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]
@@ -103,19 +103,6 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 def _step(number: int, message: str) -> None:
     _say(f"[{number}/{STEPS}] {message}")
-
-
-def _ensure_jars() -> Path:
-    """The Kafka jars folder, fetched first if needed (deploy/kafka/kafka.py's own rule)."""
-    spec = importlib.util.spec_from_file_location("local_kafka",
-                                                  ROOT / "deploy" / "kafka" / "kafka.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    jars: Path = module.ensure_jars()
-    return jars
 
 
 def _serving(url: str) -> bool:
@@ -276,7 +263,7 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
-    _step(1, f"Kafka jars: {_ensure_jars()}")
+    _step(1, f"Kafka jars: {ensure_jars()}")
     _step(2, f"starting the local Kafka broker in {args.kafka_dir} ...")
     started = subprocess.run(
         [*KAFKA, "up", "--dir", args.kafka_dir, "--port", args.kafka_port],
