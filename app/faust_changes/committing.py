@@ -27,22 +27,29 @@ class GapEndsBeforeTheRecord:
 
 
 class GapsNotedInBulk:
-    """FAUST-19: a gap is noted in a list, and the partition's interval tree is
-    built from the list once per commit, where Faust rebuilt it for every gap.
+    """FAUST-19: a gap is noted in a list, and the gaps a commit passes join the
+    acknowledged offsets when the commit looks for its offset, where Faust rebuilt
+    an interval tree of every gap at each one.
 
     Faust's ``_add_gap`` adds the interval to the partition's ``IntervalTree``,
     yields to the event loop, then merges the whole tree's overlaps, which
-    builds a new tree: on a partition written one transaction per record the
-    fetch loop notes a gap before every record, so each record cost a rebuild
-    of a tree of every gap since the last commit, and a turn of the event loop.
-    Here ``_add_gap`` appends the interval to the partition's pending gaps
-    (the same interval, clipped to the committed offset as Faust does), and
-    ``_new_offset``, the only reader of the tree, first adds them all and
-    merges once. A revoked partition's pending gaps go with its tree.
+    builds a new tree; ``_new_offset`` then moves the intervals below the
+    highest acknowledged offset into the acknowledged offsets and chops them
+    off the tree one by one. On a partition written one transaction per record
+    the fetch loop notes a gap before every record, so each record cost a
+    rebuild of a tree of every gap since the last commit, and a turn of the
+    event loop. Here ``_add_gap`` appends the interval to the partition's
+    pending gaps (the same interval, clipped to the committed offset as
+    Faust's is), and ``_new_offset`` first moves those that begin below the
+    highest acknowledged offset into the acknowledged offsets, as Faust's
+    does with the tree's, which stays empty. A gap never holds an
+    acknowledged offset (it is what the fetch skipped), so a gap that begins
+    below that offset ends below it too. A revoked partition's gaps are
+    dropped with its acknowledged offsets.
     """
 
+    _acked: Any
     _committed_offset: Any
-    _gap: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,16 +59,21 @@ class GapsNotedInBulk:
         committed = self._committed_offset[tp]
         if committed is not None:
             offset_from = max(offset_from, committed + 1)
-        if offset_from <= offset_to:  # the tree's intervals exclude their end
+        if offset_from <= offset_to:  # the end is included, as Faust's
             self._pending_gaps.setdefault(tp, []).append((offset_from, offset_to + 1))
 
     def _new_offset(self, tp: Any) -> int | None:
-        pending = self._pending_gaps.pop(tp, None)
-        if pending:
-            tree = self._gap[tp]
+        pending = self._pending_gaps.get(tp)
+        acked = self._acked[tp]
+        if pending and acked:
+            highest = max(acked)
+            later = []
             for begin, end in pending:
-                tree.addi(begin, end)
-            tree.merge_overlaps()
+                if begin < highest:
+                    acked.extend(range(begin, end))
+                else:
+                    later.append((begin, end))
+            self._pending_gaps[tp] = later
         offset: int | None = super()._new_offset(tp)  # type: ignore[misc]
         return offset
 

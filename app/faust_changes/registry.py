@@ -307,12 +307,12 @@ CHANGES: tuple[Change, ...] = (
     Change(
         id="FAUST-19", kind=Kind.SPEED,
         title="Every gap a fetched record follows rebuilds the partition's gap tree",
-        invariant="Noting a gap neither yields to the event loop nor rebuilds the "
-                  "partition's interval tree: the gaps noted since the last commit are "
-                  "merged into it once, when a commit reads it.",
+        invariant="Noting a gap neither yields to the event loop nor builds an interval "
+                  "tree: the gaps noted since the last commit join the acknowledged "
+                  "offsets when a commit looks for its offset.",
         touches=("faust.transport.consumer:Consumer._add_gap",
                  "faust.transport.consumer:Consumer._new_offset",
-                 "faust.transport.consumer:Consumer._gap",
+                 "faust.transport.consumer:Consumer._acked",
                  "faust.transport.consumer:Consumer._committed_offset",
                  "faust.transport.consumer:Consumer.on_partitions_revoked"),
         written_for=(FAUST, MODE), exact=True,
