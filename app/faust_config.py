@@ -153,7 +153,7 @@ TRANSACTIONAL_BATCH_BYTES = 512 * 1024
 
 
 def producer_options(settings: Settings) -> dict[str, Any]:
-    """How the worker's Faust producers batch (docs/app.md#the-fold).
+    """How the worker's Faust producers batch (docs/app.md#exactly-once-and-faust).
 
     Under exactly_once a partition's events and table writes are read only once
     its transaction commits, and a commit first sends every batch still open
