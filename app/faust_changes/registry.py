@@ -305,6 +305,20 @@ CHANGES: tuple[Change, ...] = (
         upstream=f"{UNFILED}; no upstream issue found",
         mixins={Seam.CONSUMER: committing.GapEndsBeforeTheRecord}),
     Change(
+        id="FAUST-19", kind=Kind.SPEED,
+        title="Every gap a fetched record follows rebuilds the partition's gap tree",
+        invariant="Noting a gap neither yields to the event loop nor builds an interval "
+                  "tree: the gaps noted since the last commit join the acknowledged "
+                  "offsets when a commit looks for its offset.",
+        touches=("faust.transport.consumer:Consumer._add_gap",
+                 "faust.transport.consumer:Consumer._new_offset",
+                 "faust.transport.consumer:Consumer._acked",
+                 "faust.transport.consumer:Consumer._committed_offset",
+                 "faust.transport.consumer:Consumer.on_partitions_revoked"),
+        written_for=(FAUST, MODE), exact=True,
+        upstream=f"{UNFILED}; no upstream issue found",
+        mixins={Seam.CONSUMER: committing.GapsNotedInBulk}),
+    Change(
         id="AIOKAFKA-1", kind=Kind.BUG,
         title="A connection lost during FindCoordinator ends a transactional producer",
         invariant="A worker's Faust producer looks its coordinator up again after a "

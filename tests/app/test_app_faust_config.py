@@ -17,7 +17,13 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from app.check import report
 from app.factory import create_app
-from app.faust_config import FaustConflictError, conflicts, faust_options
+from app.faust_config import (
+    TRANSACTIONAL_BATCH_BYTES,
+    TRANSACTIONAL_LINGER,
+    FaustConflictError,
+    conflicts,
+    faust_options,
+)
 from app.settings import VARIABLES, Settings, mask
 from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
 from coordination.kafka.connection import Connection
@@ -54,10 +60,38 @@ def test_every_contradicting_variable_is_listed_with_the_worker_s_own():
 
 def test_a_faust_variable_that_agrees_or_tunes_what_the_worker_leaves_to_faust_is_accepted():
     env = {"BROKER_URL": "kafka://k1:9092", "WEB_PORT": "7001",
-           "STREAM_BUFFER_MAXSIZE": "100", "PRODUCER_LINGER": "0.5"}
+           "STREAM_BUFFER_MAXSIZE": "100", "PRODUCER_COMPRESSION_TYPE": "gzip"}
     assert conflict_texts(env) == []
     app = create_app(SETTINGS, store="memory://", env=env)
     assert app.conf.stream_buffer_maxsize == 100  # Faust still reads what it may
+
+
+async def test_under_exactly_once_the_producers_hold_a_partition_s_writes_for_a_batch():
+    """A transaction's writes are read only once it commits, and the commit sends
+    every batch still open: a producer sending each write at once (Faust's linger
+    of 0) sent a request per partition for every few records folded."""
+    app = create_app(SETTINGS, store="memory://", env={})
+    assert app.conf.processing_guarantee.value == "exactly_once"
+    producer = app.producer
+    assert producer.linger_ms == int(TRANSACTIONAL_LINGER * 1000) > 0
+    assert producer.max_batch_size == TRANSACTIONAL_BATCH_BYTES
+    assert producer._new_producer(transactional_id="t")._message_accumulator._linger_time \
+        == TRANSACTIONAL_LINGER
+
+
+def test_in_term_mode_each_event_is_sent_at_once():
+    """At least once, the fold waits for each event before it writes the value: a
+    linger would hold every record back."""
+    app = create_app(Settings(connection=Connection("k1:9092"), fencing="term"),
+                     store="memory://", env={})
+    assert app.conf.processing_guarantee.value == "at_least_once"
+    assert app.producer.linger_ms == 0
+
+
+def test_a_producer_linger_of_faust_s_own_contradicts_the_worker_s_under_exactly_once():
+    texts = conflict_texts({"PRODUCER_LINGER": "0"})
+    assert len(texts) == 1
+    assert "the worker fixes it at 0.05" in texts[0]
 
 
 def test_faust_s_env_prefix_is_followed():

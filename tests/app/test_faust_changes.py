@@ -1352,3 +1352,79 @@ def test_faust_still_passes_the_record_s_own_offset_as_its_gap_s_end():
     assert "await self._add_gap(tp, r_offset + 1, offset)" in source
     gap = inspect.getsource(faust_consumer.Consumer._add_gap)
     assert "gap_for_tp.addi(offset_from, offset_to + 1)" in gap
+
+
+# --- FAUST-19: a gap is noted without rebuilding the partition's gap tree ---------------
+
+
+def _counting_merges(monkeypatch) -> list[int]:
+    """Every ``IntervalTree.merge_overlaps`` call from now on, counted (Faust's gap tree
+    rebuilds itself in it)."""
+    from intervaltree import IntervalTree
+
+    merges: list[int] = []
+    merge = IntervalTree.merge_overlaps
+
+    def counted(self, *args, **kwargs):
+        merges.append(len(self))
+        return merge(self, *args, **kwargs)
+
+    monkeypatch.setattr(IntervalTree, "merge_overlaps", counted)
+    return merges
+
+
+async def test_noting_a_gap_neither_yields_nor_rebuilds_the_gap_tree(monkeypatch):
+    """The fetch loop notes a gap before every record of a partition written one
+    transaction per record: each costs an append, not a turn of the event loop and
+    a rebuild of every gap since the last commit."""
+    merges = _counting_merges(monkeypatch)
+    consumer = _app("change-test-gaps-bulk").consumer
+    tp = TP("state", 0)
+    for offset in range(2, 2000, 2):
+        noting = consumer._add_gap(tp, offset - 1, offset)
+        with pytest.raises(StopIteration):  # done at its first step: it never suspends
+            noting.send(None)
+    assert merges == []
+
+
+async def test_the_gaps_a_commit_passes_join_the_acked_offsets_without_a_tree(monkeypatch):
+    merges = _counting_merges(monkeypatch)
+    consumer = _app("change-test-gaps-once").consumer
+    tp = TP("state", 0)
+    await _hand_over_and_ack(consumer, tp, list(range(0, 400, 2)))
+    assert consumer._new_offset(tp) == 399
+    assert merges == []
+    assert not consumer._gap[tp]
+
+
+async def test_a_gap_before_a_record_not_yet_acked_waits_for_the_record():
+    consumer = _app("change-test-gaps-later").consumer
+    tp = TP("state", 0)
+    await _hand_over_and_ack(consumer, tp, [0, 2, 4])
+    await consumer._add_gap(tp, 5, 6)  # record 6 fetched, its gap noted, not acked yet
+    assert consumer._new_offset(tp) == 5
+    consumer._acked[tp].append(6)
+    consumer._acked_index[tp].add(6)
+    assert consumer._new_offset(tp) == 7
+
+
+async def test_a_revoked_partition_s_noted_gaps_are_forgotten_with_it():
+    consumer = _app("change-test-gaps-revoked").consumer
+    tp = TP("state", 0)
+    await _hand_over_and_ack(consumer, tp, [0, 2, 4])
+    await consumer.on_partitions_revoked({tp})
+    consumer._committed_offset[tp] = 10
+    await _hand_over_and_ack(consumer, tp, [10, 11])
+    assert consumer._new_offset(tp) == 12
+
+
+def test_faust_still_rebuilds_the_gap_tree_at_every_gap_and_reads_it_only_to_commit():
+    gap = inspect.getsource(faust_consumer.Consumer._add_gap)
+    assert "await asyncio.sleep(0)" in gap
+    assert "gap_for_tp.merge_overlaps()" in gap
+    source = inspect.getsource(faust_consumer)
+    assert source.count("self._gap[") == 2  # `_new_offset` reads it, `_add_gap` adds to it
+    new_offset = inspect.getsource(faust_consumer.Consumer._new_offset)
+    # The tree's intervals below the highest acked offset join the acked offsets.
+    assert "candidates = gap_for_tp.overlap(0, max_offset)" in new_offset
+    assert "acked.extend(stuff_to_add)" in new_offset
