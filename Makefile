@@ -44,7 +44,7 @@ lint: venv
 
 typecheck: venv
 	$(PY) -m mypy --strict coordination
-	$(PY) -m mypy app agents tables examples
+	$(PY) -m mypy app agents tables examples bench
 
 # Side by side with etcd and ZooKeeper (docs/benchmarks.md): the bench's Python
 # clients, the peers' Debian packages (as root), then the run. BENCH_ARGS: the

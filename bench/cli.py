@@ -328,8 +328,8 @@ async def run(args: argparse.Namespace, folder: Path, peer_folder: Path) -> Benc
             print(f"bench: figure {name} took {time.monotonic() - started:.0f} s", flush=True)
     finally:
         procs.stop_all()
-        for server in reversed(servers):
-            server.stop()
+        for running in reversed(servers):
+            running.stop()
     return bench
 
 

@@ -399,7 +399,9 @@ async def crash_failover(bench: Bench) -> None:
             a.signal(signal.SIGSTOP)
             zk_expiry = None
             if system == "zookeeper":
-                zk_expiry = await _zookeeper_expiry(bench, a.find("ready")["session"])
+                ready = a.find("ready")
+                assert ready is not None, "a zookeeper member reports its session once ready"
+                zk_expiry = await _zookeeper_expiry(bench, ready["session"])
             a.kill()
             leading = await wait(b, "leading", bench.timing.lease * 4 + 30)
             wrote = await wait(b, "wrote", 30)

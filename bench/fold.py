@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -348,12 +349,12 @@ async def fold_throughput(bench: Bench) -> None:
                         feed=_Feed(), due=DueIndex())
 
                     async def fold(messages: list[Any], ctx: Any = ctx) -> None:
-                        events = [_Event(SimpleNamespace(
+                        events: list[Any] = [_Event(SimpleNamespace(
                             partition=m.partition, offset=m.offset, key=m.key, value=m.value,
                             timestamp=m.timestamp / 1000)) for m in messages]
                         for start in range(0, len(events), FOLD_BATCH):
                             await apply_batch(ctx, events[start:start + FOLD_BATCH])
-                    handler = fold
+                    handler: Callable[[list[Any]], Awaitable[None]] = fold
                 else:
                     handler = decode_only
                 started = time.perf_counter()

@@ -128,6 +128,7 @@ async def run_krabka(w: Worker) -> None:
         TermToken,
         describe_role_state,
     )
+    from coordination.epoch_tenure import EpochLeadership
     from coordination.kafka import KafkaTransport
 
     a = w.args
@@ -166,6 +167,7 @@ async def run_krabka(w: Worker) -> None:
                 emit("leading", term=token.term, tenure=leadership.tenure,
                      fence_deadline=leadership.fence_deadline)
             else:
+                assert isinstance(leadership, EpochLeadership)  # an epoch token's tenure
                 emit("leading", producer_id=token.producer_id,
                      producer_epoch=token.producer_epoch, tenure=leadership.tenure,
                      deadline=leadership.lease.deadline)
@@ -217,7 +219,7 @@ async def run_krabka(w: Worker) -> None:
                 if data:
                     w.in_flight.here(w.seq)
                 await commit()
-            txn.send, txn.commit = sending, committing
+            txn.send, txn.commit = sending, committing  # type: ignore[method-assign]
             return txn
         transport.begin_transaction = paused_begin  # type: ignore[method-assign]
 
@@ -298,7 +300,7 @@ async def run_etcd(w: Worker) -> None:
     producer = await plain_producer(a.bootstrap_servers)
     stop_thread = threading.Event()
     lost_task: asyncio.Task[None] | None = None
-    keeper: asyncio.Task[None] | None = None
+    keeper: asyncio.Future[Any] | None = None
     try:
         sent = time.time() * 1000
         await asyncio.to_thread(election.open_session)
