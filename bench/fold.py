@@ -176,7 +176,7 @@ async def consume(bench: Bench, topic: str, handle: Any) -> int:
 
 async def consume_from(bootstrap: str, topic: str, handle: Any) -> int:
     """`consume` from the cluster at `bootstrap`."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap,
                                 isolation_level="read_committed", enable_auto_commit=False,
@@ -184,12 +184,7 @@ async def consume_from(bootstrap: str, topic: str, handle: Any) -> int:
                                 fetch_max_bytes=32 * 2**20)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        remaining = {tp for tp in tps if ends[tp] > 0}
+        ends, remaining = await _from_start(consumer, topic)
         count = 0
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
@@ -206,6 +201,19 @@ async def consume_from(bootstrap: str, topic: str, handle: Any) -> int:
         await consumer.stop()
 
 
+async def _from_start(consumer: Any, topic: str) -> tuple[dict[Any, int], set[Any]]:
+    """Assign `consumer` every partition of `topic` at offset 0: each partition's
+    end, and the partitions with anything to read."""
+    from aiokafka import TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    ends = await consumer.end_offsets(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    return ends, {tp for tp in tps if ends[tp] > 0}
+
+
 async def same_work(bench: Bench, topic: str, name: str) -> tuple[int, float]:
     """The same-work baseline: a plain aiokafka exactly-once pipeline folding `topic`.
 
@@ -219,7 +227,7 @@ async def same_work(bench: Bench, topic: str, name: str) -> tuple[int, float]:
     committed. What it leaves out of the worker's work: Faust, RocksDB, the
     web view, the tick. Returns the records folded and the seconds it took.
     """
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     from agents.fold import partition_value, role_value
     from agents.fold.agent import FOLD_BATCH, _record
@@ -256,12 +264,7 @@ async def same_work(bench: Bench, topic: str, name: str) -> tuple[int, float]:
     await consumer.start()
     await producer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        remaining = {tp for tp in tps if ends[tp] > 0}
+        ends, remaining = await _from_start(consumer, topic)
         count = 0
         started = time.perf_counter()
         while remaining:
