@@ -21,7 +21,7 @@ from agents.fold.agent import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.fold.rules import fold
 from coordination import Record
 from tests.app.test_app_tick import PARTITIONS, leased, make_ctx, roles_by_partition
-from tests.support.event_schema import published
+from tests.support.event_schema import Published
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks
 
@@ -40,15 +40,6 @@ class Written(dict):
         assert event is not None, "a table write outside any event: Faust would refuse it"
         self.writes.append((key, event.message.partition))
         super().__setitem__(key, value)
-
-
-class Published:
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    async def send(self, *, key: bytes, value: bytes, partition: int) -> None:
-        published(value)
-        self.values.append(value)
 
 
 def interleaved(histories: dict[str, tuple[int, list]]) -> list:

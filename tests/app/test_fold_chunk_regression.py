@@ -24,7 +24,7 @@ from agents.fold.partition_value import PartitionValue, partition_key
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from tests.app.test_app_tick import make_ctx
-from tests.support.event_schema import published
+from tests.support.event_schema import Published
 from tests.support.faust_events import state_event
 from tests.support.renewal_stream import RecordedTopic, record_topic
 
@@ -50,15 +50,6 @@ class Written(dict):
     def written(self) -> set[bytes]:
         since, self.since = self.since, set()
         return since
-
-
-class Published:
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    async def send(self, *, key: bytes, value: bytes, partition: int) -> None:
-        published(value)
-        self.values.append(value)
 
 
 class Reference:

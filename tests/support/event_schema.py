@@ -29,3 +29,15 @@ def published(value: bytes | Mapping[str, Any]) -> dict[str, Any]:
     problems = violations(event)
     assert not problems, (event, problems)
     return event
+
+
+class Published:
+    """An events topic for a fold under test: each event it is sent is checked
+    against the schema, and its bytes kept in `values`, in order."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    async def send(self, *, key: bytes, value: bytes, partition: int) -> None:
+        published(value)
+        self.values.append(value)
