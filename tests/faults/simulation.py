@@ -444,6 +444,10 @@ class SimReport:
         return "\n".join(lines)
 
 
+_Holders = tuple[tuple[str, tuple[str, ...]], ...]
+"""Who holds each role, by role: the members whose tenure is not over yet."""
+
+
 class _Process:
     """One incarnation of a member: its clock, its transport, its tasks."""
 
@@ -663,7 +667,7 @@ class Simulation:
         self.changes = 0
         """Counts faults and restarts: a rebalancing move back is an oscillation only
         when nothing changed since the move forth."""
-        self.moves_seen: dict[str, tuple[str, str, int]] = {}
+        self.moves_seen: dict[str, tuple[str, str, int, _Holders]] = {}
         self.moves_read: dict[_Process, object] = {}
         self.stopped_leading: set[LeaderRunner] = set()
 
@@ -1168,6 +1172,11 @@ class Simulation:
                 roles.append(role)
         return roles
 
+    def _holders(self, *, but: str) -> _Holders:
+        """Who holds each role other than `but` (a tenure not over yet counts)."""
+        return tuple((role, tuple(sorted(p.member for p, lead in held if not lead.done.done())))
+                     for role, held in sorted(self.leaderships.items()) if role != but)
+
     def _leader_of(self, role: str) -> str:
         live = [p for p, lead in self.leaderships[role] if not lead.done.done() and not p.dead]
         if not live:
@@ -1270,7 +1279,11 @@ class Simulation:
                     entry["renewals"].append(at)
 
     def _observe_moves(self, now: int) -> None:
-        """A rebalancing that hands a role back, with nothing changed since, oscillates."""
+        """A rebalancing that hands a role back, with nothing changed since, oscillates.
+
+        Changed: a fault or restart came (`changes`), or another role changed
+        hands (a hand-over that an earlier fault began can end after the move
+        forth, and leave the members' counts the other way round)."""
         for process in self.processes.values():
             if process.rebalancer is None or not process.rebalancer.moves:
                 continue
@@ -1281,12 +1294,13 @@ class Simulation:
                 self.report.faults["rebalancing move"] += 1
                 self._trace(f"{process} rebalances {move.role} to {move.taker}")
                 before = self.moves_seen.get(move.role)
-                if before == (move.taker, move.giver, self.changes):
+                others = self._holders(but=move.role)
+                if before == (move.taker, move.giver, self.changes, others):
                     self.report.invariant_violations.append(
                         f"{move.role} at t={now - self.start_ms}ms: {move.giver} hands it back "
                         f"to {move.taker}, which handed it over, nothing changed since: "
                         f"{move.reason}")
-                self.moves_seen[move.role] = (move.giver, move.taker, self.changes)
+                self.moves_seen[move.role] = (move.giver, move.taker, self.changes, others)
             self.moves_read[process] = moves[-1]
 
     def _observe_term(self, role: str, now: int, elapsed: int) -> bool:
