@@ -375,7 +375,11 @@ class CommitMarked:
     async def _commit_offsets(self, offsets: Mapping[Any, int],
                               start_new_transaction: bool = True) -> bool:
         # The records acknowledged before the commit starts are in the transaction
-        # it ends or in earlier ones; any acknowledged later may be in the next.
+        # it ends or in earlier ones; any acknowledged later may be in the next. The
+        # producers' batches held open (a linger) are sent and acknowledged first:
+        # the commit would send them anyway, and unacknowledged they would reach
+        # RocksDB only with the next commit (after the last one, never).
+        await self.app.producer.flush()
         token = _marks.set({id(store): store.marks() for store in _stores(self.app)})
         try:
             did_commit: bool = await super()._commit_offsets(  # type: ignore[misc]

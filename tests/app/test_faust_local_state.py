@@ -116,6 +116,22 @@ async def test_a_commit_writes_only_the_records_acknowledged_before_it_started(t
     assert (_on_disk(store, 0, b"role"), store.persisted_offset(TP0)) == (b"v2", 4)
 
 
+async def test_a_commit_writes_the_records_its_producers_held_in_a_batch_when_it_started(table):
+    store = table.data
+    _set(table, 0, b"role", b"v1")
+
+    class Lingering:
+        """A producer holding the changelog record in an open batch: its flush sends
+        it, and the broker acknowledges it."""
+
+        async def flush(self) -> None:
+            _acknowledged(store, 0, 3, b"role", b"v1")
+
+    app = types.SimpleNamespace(tables=table.app.tables, producer=Lingering())
+    await _WorkerConsumer(app)._commit_offsets({STATE_TP: 1})
+    assert (_on_disk(store, 0, b"role"), store.persisted_offset(TP0)) == (b"v1", 3)
+
+
 async def test_overlapping_commits_each_write_only_what_was_acknowledged_before_they_started(
         table):
     store = table.data
