@@ -178,6 +178,12 @@ class _Candidate:
                     # No await between the Leadership's creation and this
                     # return: nothing can cancel the caller in between.
                     return leadership
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A cancellation requested while a step ran its clean-up
+                    # (a challenge the broker refused hands its epoch back) is
+                    # not always raised in it; it ends the campaign here.
+                    raise asyncio.CancelledError
         except BaseException:
             # Through a cancellation: a shielded clean-up whose caller is
             # cancelled would be left running, its error never retrieved.

@@ -534,3 +534,14 @@ async def test_a_term_candidate_whose_two_followers_fail_at_once_retrieves_both_
         for task in first.result()._tasks:
             task.cancel()
     assert unretrieved == []
+
+
+def test_a_runner_cancelled_as_the_broker_refuses_its_first_lease_ends_with_its_campaign():
+    """A runner cancelled while campaigning, at the instant the broker refuses the
+    first lease of its challenge (the campaign's clean-up then runs through the
+    cancellation): the campaign ends too, so the runner ends rather than
+    waiting for it for good (the seed is one where this happens)."""
+    report = run_seed(4848, duration_leases=CI_LEASES)
+    assert any("runner of billing is cancelled while campaigning (at a txn_write_lease)"
+               in line for line in report.trace), report.describe()
+    assert report.ok, report.describe()
