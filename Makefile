@@ -43,7 +43,7 @@ lint: venv
 	$(PY) -m ruff check .
 
 typecheck: venv
-	$(PY) -m mypy --strict coordination
+	$(PY) -m mypy --strict krabka
 	$(PY) -m mypy app agents tables examples bench
 
 # Side by side with etcd and ZooKeeper (docs/benchmarks.md): the bench's Python

@@ -21,8 +21,8 @@ import faust
 from faust.types import TableT, TopicT
 
 from agents.fold.due import DueIndex
-from coordination import Clock, LeaderRunner, LeadershipOptions, Rebalancer, RoleFunction, Transport
-from coordination.events import LeadershipEvent
+from krabka import Clock, LeaderRunner, LeadershipOptions, Rebalancer, RoleFunction, Transport
+from krabka.observe.events import LeadershipEvent
 
 __all__ = ["AgentContext", "AgentMetrics", "AgentSettings", "EventSink", "Router", "Tables",
            "TransportFactory"]

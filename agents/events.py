@@ -2,13 +2,13 @@
 ``coordination-leadership-changes`` (schema in docs/events.md).
 
 The event, its JSON form and its readable line are the library's
-(`coordination.events`), which the operator CLI's ``watch`` prints too; the
+(`krabka.observe.events`), which the operator CLI's ``watch`` prints too; the
 topic they are published to is the worker's.
 """
 
 from __future__ import annotations
 
-from coordination.events import KINDS, EventKind, LeadershipEvent, describe
+from krabka.observe.events import KINDS, EventKind, LeadershipEvent, describe
 
 __all__ = ["EVENTS_TOPIC", "KINDS", "EventKind", "LeadershipEvent", "describe"]
 

@@ -1,4 +1,4 @@
-"""Rebalancing in the worker: the library's `coordination.Rebalancer` over this
+"""Rebalancing in the worker: the library's `krabka.Rebalancer` over this
 worker's runners, fed with every hosted role's state and the live members.
 
 Started by the role service once its runners exist, when
@@ -37,7 +37,7 @@ from typing import Any
 
 from agents.context import AgentContext
 from agents.peers import Unreachable, fetch_json
-from coordination import (
+from krabka import (
     Move,
     Rebalancer,
     RoleState,
@@ -45,7 +45,7 @@ from coordination import (
     describe_roles,
     watch_roles,
 )
-from coordination.errors import retryable
+from krabka.errors import retryable
 
 __all__ = ["HEALTH_TIMEOUT", "RETRY", "RETRY_MAX", "RoleStates", "WorkerRebalancing",
            "live_members", "move_json", "rebalance_json", "retry_delay"]
@@ -80,7 +80,7 @@ class RoleStates:
     async def follow(self, retry: Callable[[int], Awaitable[None]]) -> None:
         """Read every hosted role's state, then follow its changes, until cancelled.
 
-        After a failure that may pass (`coordination.errors.retryable`: the
+        After a failure that may pass (`krabka.errors.retryable`: the
         broker unreachable) wait for `retry(failures)`, the failures in a row
         since the last full read, and read again. Any other error is a bug: it
         is raised, and `ready` stays False.

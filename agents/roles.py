@@ -5,7 +5,7 @@ Roles are declared on an installation (``installation.role("name")``, see
 two apps in one process never share roles.
 
 Every worker is a candidate for every declared role. A `RoleRunner` is the
-library's `coordination.runner.LeaderRunner` for one declared role on this
+library's `krabka.runner.LeaderRunner` for one declared role on this
 worker: the role's function runs only while this worker leads, receives the
 `Leadership`, and is cancelled at the first of a fence, the fence deadline
 (measured on the monotonic clock) or a stop. On a clean stop the function is
@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,

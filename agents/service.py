@@ -20,7 +20,7 @@ candidates stand anyway: the roles do not depend on Faust's group.
 Under ``balanced`` placement it also runs the worker's rebalancing
 (`agents.rebalancing`), and stops it before the runners.
 
-It also freezes the heap (`coordination.heap`) while the roles this worker
+It also freezes the heap (`krabka.scale.heap`) while the roles this worker
 leads only grow (after every middle collection, and at each look every 30
 s), and settles it in full once one was let go and the roles led stayed the
 same for 30 s, so the garbage collector's collections, which stop the event
@@ -44,9 +44,9 @@ from mode import Service
 from agents.context import AgentContext
 from agents.rebalancing import WorkerRebalancing
 from agents.roles import MetricsObserver, RoleRunner
-from coordination.admission import RenewalLatencyAdmission
-from coordination.cancellation import bounded, cancel_and_wait, through_cancellation
-from coordination.heap import HeapSettler, freeze_new, settle_heap
+from krabka.runtime.cancellation import bounded, cancel_and_wait, through_cancellation
+from krabka.scale.admission import RenewalLatencyAdmission
+from krabka.scale.heap import HeapSettler, freeze_new, settle_heap
 
 __all__ = ["RoleService", "install"]
 

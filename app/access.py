@@ -11,7 +11,7 @@ transactions). `worker_acls` lists all of them; docs/deploy.md shows them as
 
 Without the check, a principal that lacks one fails late and obscurely (a
 Faust rebalance loop, a role that never leads). With it, the worker stops at
-start-up with `coordination.kafka.AccessDeniedError` naming every missing ACL.
+start-up with `krabka.kafka.AccessDeniedError` naming every missing ACL.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 from app.context import Context
 from app.settings import Settings
-from coordination.kafka.access import Acl, check_access, member_acls
-from coordination.kafka.errors import KafkaUnavailableError
+from krabka.kafka.access import Acl, check_access, member_acls
+from krabka.kafka.errors import KafkaUnavailableError
 
 __all__ = ["check", "install", "worker_acls"]
 

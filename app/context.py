@@ -28,7 +28,7 @@ from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
 from app.web.feed import EventFeed
-from coordination import Clock, LeaderRunner, Rebalancer, RoleFunction, SystemClock, Transport
+from krabka import Clock, LeaderRunner, Rebalancer, RoleFunction, SystemClock, Transport
 
 __all__ = ["Context"]
 

@@ -15,7 +15,7 @@ import time
 
 import orjson
 
-from coordination import Leadership, TermToken
+from krabka import Leadership, TermToken
 
 __all__ = ["DEMO_ROLE", "DEMO_TOPIC", "demo"]
 

@@ -17,7 +17,7 @@ from app.faust_app import CoordinationApp
 from app.faust_config import faust_options
 from app.install import install
 from app.settings import Settings
-from coordination import Clock, RoleFunction
+from krabka import Clock, RoleFunction
 
 __all__ = ["build", "create_app"]
 

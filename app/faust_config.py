@@ -22,8 +22,8 @@ from typing import Any
 import faust
 
 from app.settings import Settings, mask
-from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
-from coordination.kafka.connection import Connection
+from krabka.kafka.connection import VARIABLES as CONNECTION_VARIABLES
+from krabka.kafka.connection import Connection
 
 __all__ = ["TRANSACTIONAL_BATCH_BYTES", "TRANSACTIONAL_LINGER", "Conflict", "FaustConflictError",
            "broker_credentials", "check", "conflicts", "faust_options", "faust_variables",

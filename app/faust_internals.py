@@ -21,7 +21,7 @@ test checks that each still exists in the installed faust-streaming.
 
 from __future__ import annotations
 
-from coordination.versions import DependencyRange
+from krabka.runtime.versions import DependencyRange
 
 __all__ = ["FAUST", "INTERNALS", "MODE"]
 

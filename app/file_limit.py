@@ -4,7 +4,7 @@ Each role a worker leads in epoch mode has a transactional producer of its
 own (the epoch binds to one producer, docs/design.md#the-safety-argument),
 and each producer keeps one connection to each broker it talks to: the
 state partition's leader and the role's transaction coordinator, one broker
-or two (`coordination.kafka.one_connection`). Two descriptors per held role
+or two (`krabka.kafka.producer.one_connection`). Two descriptors per held role
 is the bound used here; on a one-broker cluster it is one (measured in
 docs/benchmarks.md). Standbys cost
 none (every role's tail shares the worker's consumers), nor does a term-mode

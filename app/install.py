@@ -40,8 +40,8 @@ from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
 from app.web import views
 from app.web.routing import FaustRouter
-from coordination import Clock, RoleFunction, SystemClock
-from coordination.kafka.connection import Connection
+from krabka import Clock, RoleFunction, SystemClock
+from krabka.kafka.connection import Connection
 from tables import faust_tables
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Installation:
 
 def kafka_transport_factory(settings: Settings) -> TransportFactory:
     """Connect the coordination library to the cluster the app consumes from."""
-    from coordination.kafka import KafkaTransport  # aiokafka clients only when running
+    from krabka.kafka import KafkaTransport  # aiokafka clients only when running
 
     return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic,
                                   terms_topic=settings.terms_topic,

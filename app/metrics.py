@@ -53,8 +53,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from coordination.cli import installed_version
-from coordination.errors import InvalidStateError
+from krabka.cli.main import installed_version
+from krabka.errors import InvalidStateError
 
 __all__ = ["BUILD_INFO", "FAUST_PREFIX", "FOLD_LAG", "READY", "RENEWAL_BUCKETS", "Cardinality",
            "Metrics", "build_labels"]
@@ -71,7 +71,7 @@ ReadinessSource = Callable[[], bool]
 
 def build_labels() -> dict[str, str]:
     """The labels of ``coordination_build_info``: this package's installed version
-    (as ``krabka-coordination --version`` reports it), Python's, Faust's, aiokafka's."""
+    (as ``krabka --version`` reports it), Python's, Faust's, aiokafka's."""
     return {"version": installed_version(), "python": platform.python_version(),
             "faust": faust.__version__, "aiokafka": aiokafka.__version__}
 

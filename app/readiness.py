@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordination import Clock
+from krabka import Clock
 
 __all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess", "fold_lag_of"]
 

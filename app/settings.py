@@ -1,7 +1,7 @@
 """Worker settings, from environment variables with documented defaults.
 
 Every setting has one variable; `docs/app.md` lists them. How to reach the
-cluster (bootstrap servers, TLS, SASL) is a `coordination.kafka.Connection`,
+cluster (bootstrap servers, TLS, SASL) is a `krabka.kafka.Connection`,
 read by it from its own ``KAFKA_*`` variables: the worker, the operator CLI
 and the topics tool share that one reading. The web port and
 data directory are per worker (several local workers need distinct ones);
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from coordination import PLACEMENTS, LeadershipOptions, defaults
-from coordination.evaluate import check_placement
-from coordination.kafka.connection import Connection
-from coordination.options import FENCINGS, check_fencing
+from krabka import PLACEMENTS, LeadershipOptions, defaults
+from krabka.kafka.connection import Connection
+from krabka.options import FENCINGS, check_fencing
+from krabka.rules.evaluate import check_placement
 
 __all__ = ["VARIABLES", "Settings", "mask"]
 
@@ -90,7 +90,7 @@ VARIABLES: Mapping[str, str] = {
     "roles_modules": "COORDINATION_ROLES_MODULES",
 }
 """The environment variable of each setting but `Settings.connection`, which
-reads ``coordination.kafka.connection.VARIABLES`` (docs/app.md lists both)."""
+reads ``krabka.kafka.connection.VARIABLES`` (docs/app.md lists both)."""
 
 LOG_FORMATS = ("text", "json")
 _MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -144,7 +144,7 @@ class Settings:
     """Seconds between two handovers of one worker under ``balanced`` (0: never)."""
     admission_limit: float = 0.0
     """Seconds: after a renewal slower than this the worker takes no role for one
-    renew interval (`coordination.admission`; 0: it always takes its turn)."""
+    renew interval (`krabka.scale.admission`; 0: it always takes its turn)."""
     admission_rate: float = 0.0
     """With `admission_limit`: the roles this worker takes a second at most (0: no cap)."""
     metrics_per_role_limit: int = 1000

@@ -45,8 +45,8 @@ def emit(event: str, **fields: Any) -> None:
 async def checker(args: argparse.Namespace) -> Check:
     """The call that asks `args.system` who leads `args.role`."""
     if args.system == "krabka":
-        from coordination import FencingToken, describe_leadership, describe_role_state
-        from coordination.kafka import KafkaTransport
+        from krabka import FencingToken, describe_leadership, describe_role_state
+        from krabka.kafka import KafkaTransport
 
         transport = KafkaTransport(args.bootstrap_servers, topic=args.state_topic)
         await transport.start()

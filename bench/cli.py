@@ -34,7 +34,7 @@ from bench.services import (
     zookeeper_version,
 )
 from bench.stats import table
-from coordination.defaults import RENEW_INTERVAL
+from krabka.defaults import RENEW_INTERVAL
 
 # The whole Faust worker's figures (bench.worker_figures).
 WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-latency")
@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
                         "held (default 40; --quick 12)")
     p.add_argument("--scale-admission", type=float, default=0.0,
                    help="roles-scale: the worker holds its campaigns while a renewal took "
-                        "longer than this many seconds (coordination.admission; 0: off)")
+                        "longer than this many seconds (krabka.scale.admission; 0: off)")
     p.add_argument("--scale-admission-rate", type=float, default=0.0,
                    help="roles-scale, with --scale-admission: the admission's cap in roles a "
                         "second (0: none)")

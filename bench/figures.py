@@ -69,7 +69,7 @@ async def alternate(bench: Bench, figure: str, systems: list[str],
 
 
 def _codec_inputs(count: int) -> tuple[list[Any], list[Any]]:
-    from coordination import Lease, lease_key
+    from krabka import Lease, lease_key
 
     now = int(time.time() * 1000)
     keys = [lease_key(f"acme.role-{i:05d}") for i in range(count)]
@@ -82,7 +82,7 @@ async def codec(bench: Bench) -> None:
     """Records (key + lease value) encoded and decoded per second; orjson as a yardstick."""
     import orjson
 
-    from coordination import decode_key, decode_lease, encode_key, encode_lease
+    from krabka import decode_key, decode_lease, encode_key, encode_lease
 
     count = 5_000 if bench.quick else 20_000
     keys, leases = _codec_inputs(count)
@@ -288,8 +288,8 @@ async def graceful_handover(bench: Bench) -> None:
 
 
 async def _last_krabka_deadline(bench: Bench, role: str, member: str) -> int | None:
-    from coordination import Kind, decode_key, decode_lease, role_partition
-    from coordination.kafka import KafkaTransport
+    from krabka import Kind, decode_key, decode_lease, role_partition
+    from krabka.kafka import KafkaTransport
 
     async with KafkaTransport(bench.bootstrap, topic=bench.state_topic) as transport:
         read = await transport.read_partition(role_partition(role, bench.partitions))
@@ -307,14 +307,14 @@ async def _last_krabka_deadline(bench: Bench, role: str, member: str) -> int | N
 async def _last_term_deadline(bench: Bench, role: str, member: str) -> int | None:
     """The killed leader's last sign of life on the terms topic (its claim or last
     heartbeat, by its own wall clock) plus the election timeout."""
-    from coordination import (
+    from krabka import (
         TermKind,
         decode_claim,
         decode_heartbeat,
         decode_term_key,
         role_partition,
     )
-    from coordination.kafka import KafkaTransport
+    from krabka.kafka import KafkaTransport
 
     async with KafkaTransport(bench.bootstrap, topic=bench.state_topic,
                               terms_topic=bench.terms_topic) as transport:
@@ -463,7 +463,7 @@ def _filter_zombie(records: list[OutputRecord], topic: str, role: str, member: s
     """Read the whole partition through a `TermFilter`, in offset order, as a reader
     from the start does; count the zombie's records it dropped, and those it passed
     after the successor's barrier (term mode promises none)."""
-    from coordination import TERM_HEADER, TermFilter, decode_term_header
+    from krabka import TERM_HEADER, TermFilter, decode_term_header
 
     reader = TermFilter(fenced_topics=[topic])
     barrier_seen = False
@@ -572,7 +572,7 @@ async def _zombies(bench: Bench, figure: str, *, in_flight: bool) -> None:
         if fencing == "term":
             bench.add(Result(
                 figure, system, "writes", dropped[system],
-                bench.config(reader="coordination.TermFilter over the whole partition in "
+                bench.config(reader="krabka.TermFilter over the whole partition in "
                                     "offset order, the output topic given as fenced",
                              counted="old leader's data records the filter dropped (stale "
                                      "term)", fencing=fencing),
@@ -580,7 +580,7 @@ async def _zombies(bench: Bench, figure: str, *, in_flight: bool) -> None:
                 extra={"trials_with_drops": sum(1 for v in dropped[system] if v > 0)}))
             bench.add(Result(
                 figure, system, "writes", passed_after_barrier[system],
-                bench.config(reader="coordination.TermFilter, as for dropped",
+                bench.config(reader="krabka.TermFilter, as for dropped",
                              counted="old leader's data records the filter passed after the "
                                      "new term's barrier (term mode's guarantee: none)",
                              fencing=fencing),

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile
-from coordination import Leadership, acquire_leadership, describe_leadership
-from coordination.kafka import KafkaTransport
+from krabka import Leadership, acquire_leadership, describe_leadership
+from krabka.kafka import KafkaTransport
 
 
 def _ms() -> float:
@@ -128,7 +128,7 @@ async def handover(bootstrap: str, trials: int, tail_wait_ms: int,
 
 
 _WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="?")
-# The direct lease write's requests (coordination.kafka.direct_lease), by API key.
+# The direct lease write's requests (krabka.kafka.producer.direct_lease), by API key.
 _DIRECT = {24: "AddPartitionsToTxn (direct)", 0: "Produce (direct)", 26: "EndTxn (direct)"}
 
 

@@ -32,13 +32,13 @@ from bench import procs
 from bench.context import Bench, now_ms, stop, wait
 from bench.limits import process_file_limit, roles_allowed, system_limits
 from bench.stats import Result
-from coordination.defaults import (
+from krabka.defaults import (
     CHALLENGE_STAGGER,
     LEASE_DURATION,
     PARTITIONS,
     RENEW_INTERVAL,
 )
-from coordination.evaluate import ordered_challengers
+from krabka.rules.evaluate import ordered_challengers
 
 # The library's defaults: the scale run measures what a user gets out of the box.
 LEASE, RENEW, STAGGER = LEASE_DURATION, RENEW_INTERVAL, CHALLENGE_STAGGER

@@ -8,7 +8,7 @@ Raises its RLIMIT_NOFILE soft limit to the hard limit, opens one
 `KafkaTransport` (one transactional producer per held role; the registration
 producer, the tail consumer, the reader and the admin client are shared).
 Lateness is how long after it was due a renewal was written: the previous
-grant plus the tenure's jittered interval (`coordination.tenure.renewal_delay_ms`).
+grant plus the tenure's jittered interval (`krabka.tenure.renewal_delay_ms`).
 Every event is one JSON line on stdout.
 
 Alone (roles-scale): acquires N roles (``--concurrency`` at a time), then
@@ -24,7 +24,7 @@ Events: ``baseline`` (transport started, nothing held), ``progress`` (every
 tenth of N and every ``--progress-every`` seconds, so a stop says where it
 was), ``acquired`` (held, failed, the garbage collector's pauses while acquiring,
 and with an admission the roles not admitted and how many slow renewals
-closed it), ``settled`` (the heap frozen once acquired, `coordination.heap`:
+closed it), ``settled`` (the heap frozen once acquired, `krabka.scale.heap`:
 the objects frozen and the pause), ``after-settle`` (with ``--settle-quiet``:
 the renewals of that many seconds, timed apart), ``holding``, ``renewals``
 (latency and lateness samples, roles still held, and the garbage collector's
@@ -44,7 +44,7 @@ signal opens the hold window (``holding``); the third closes it with
 instant its tenure began and the tenure (the offset of its first lease:
 of two live tenures of a role, the higher superseded the other, which has not
 noticed yet), and every tenure that ended (began, ended, why). A member
-settles its heap as the worker application does (`coordination.heap`).
+settles its heap as the worker application does (`krabka.scale.heap`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
@@ -70,11 +70,11 @@ from coordination import (
     TenureStop,
     acquire_leadership,
 )
-from coordination.defaults import PARTITIONS
-from coordination.evaluate import PLACEMENTS
-from coordination.heap import HeapSettler
-from coordination.kafka import KafkaTransport
-from coordination.tenure import renewal_delay_ms
+from krabka.defaults import PARTITIONS
+from krabka.kafka import KafkaTransport
+from krabka.rules.evaluate import PLACEMENTS
+from krabka.scale.heap import HeapSettler
+from krabka.tenure import renewal_delay_ms
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -190,7 +190,7 @@ async def alone(args: argparse.Namespace, transport: KafkaTransport, renewals: R
     ticker = asyncio.create_task(every(args.progress_every, progress))
     # While the held roles grow, freeze the heap as the worker application does,
     # so the collector's full collections do not walk the roles already held
-    # again and again (coordination.heap).
+    # again and again (krabka.scale.heap).
     settler = HeapSettler(lambda: frozenset(leadership.role for leadership in held),
                           quiet_ms=round(args.progress_every * 1000))
     settling = asyncio.create_task(settler.run())

@@ -10,7 +10,7 @@ DescribeTransactions request whatever the history (authority-check).
   so the partition read holds about 2 N / 16 records;
 - ``claims-C-settled``: one role claimed C times on a one-partition terms
   topic the cleaner compacts at once, each claim followed by the winner's
-  tombstone of the claim before it (what `coordination.term_compaction`
+  tombstone of the claim before it (what `krabka.term.compaction`
   writes on an uncontested hand-over); timed once the cleaner has left the
   role its last claim and its heartbeat;
 - ``claims-C-unsettled``: the same C claims with no tombstones, as before
@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.context import Bench
 from bench.stats import Result
-from coordination import (
+from krabka import (
     Claim,
     Heartbeat,
     TermToken,
@@ -42,7 +42,7 @@ from coordination import (
     heartbeat_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 
 FIGURE = "term-authority-check"
 PARTITIONS = 16

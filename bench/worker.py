@@ -117,7 +117,7 @@ class Worker:
 
 async def run_krabka(w: Worker) -> None:
     """The library's `LeaderRunner` for one tenure: the worker exits when it ends."""
-    from coordination import (
+    from krabka import (
         FencedError,
         LeaderRunner,
         Leadership,
@@ -128,8 +128,8 @@ async def run_krabka(w: Worker) -> None:
         TermToken,
         describe_role_state,
     )
-    from coordination.epoch_tenure import EpochLeadership
-    from coordination.kafka import KafkaTransport
+    from krabka.epoch.tenure import EpochLeadership
+    from krabka.kafka import KafkaTransport
 
     a = w.args
     over = asyncio.Event()

@@ -279,7 +279,7 @@ async def _write_changelog(bench: Bench, topic: str, roles: int, versions: int) 
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from agents.fold import role_value
-    from coordination import RoleState, role_partition
+    from krabka import RoleState, role_partition
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bench.bootstrap)
     await admin.start()
@@ -463,7 +463,7 @@ class _Subscriber:
         return future
 
     async def _read(self) -> None:
-        from coordination import Kind, decode_key
+        from krabka import Kind, decode_key
 
         while True:
             batch = await self.consumer.getmany(timeout_ms=1000)
@@ -493,7 +493,7 @@ class _Subscriber:
 async def event_latency(bench: Bench) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from coordination import (
+    from krabka import (
         Lease,
         Registration,
         encode_key,

@@ -38,8 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agents.events import describe
 from app.settings import Settings
-from coordination.defaults import PARTITIONS
 from deploy.kafka.process import ensure_jars
+from krabka.defaults import PARTITIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA = [sys.executable, str(ROOT / "deploy" / "kafka" / "kafka.py")]

@@ -25,7 +25,7 @@ would be: two counts would split a role across two partitions.
 The cluster is reached as the worker reaches it: ``KAFKA_BOOTSTRAP_SERVERS``,
 ``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_*`` and ``KAFKA_SSL_*``, or the
 matching flags (``--security-protocol SASL_SSL`` ...; ``--help`` lists them),
-read by `coordination.kafka.Connection`. Its principal needs Create and
+read by `krabka.kafka.Connection`. Its principal needs Create and
 Describe on the topics (DescribeConfigs too for an existing state or terms topic):
 the worker's own principal does not have Create on them.
 
@@ -54,9 +54,9 @@ from aiokafka.errors import BrokerResponseError, KafkaError, TopicAlreadyExistsE
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from coordination.defaults import PARTITIONS, STATE_TOPIC, TERMS_TOPIC
-from coordination.errors import ConfigurationError
-from coordination.kafka.connection import Connection
+from krabka.defaults import PARTITIONS, STATE_TOPIC, TERMS_TOPIC
+from krabka.errors import ConfigurationError
+from krabka.kafka.connection import Connection
 
 EVENTS_TOPIC = "coordination-leadership-changes"
 DEMO_TOPIC = "coordination-demo-output"

@@ -11,7 +11,7 @@ the next member take over after the lease) and watch another take over.
 With ``--fencing term`` (docs/term-mode.md) the copies elect by claims on the
 terms topic instead of transactions, and the output topic is the leader's
 declared output: every record carries the term in its header, and a reader
-that applies `coordination.TermFilter` drops a deposed leader's records.
+that applies `krabka.TermFilter` drops a deposed leader's records.
 
 Every line the service prints is a JSON object (``event``: ``leading``,
 ``wrote``, ``fenced``, ``resigned``, ``done``), so a test or a log pipeline
@@ -36,16 +36,16 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
     RunnerObserver,
     TermToken,
 )
-from coordination.defaults import FENCING, PARTITIONS, STATE_TOPIC, TERMS_TOPIC
-from coordination.kafka import KafkaTransport
-from coordination.options import FENCINGS
+from krabka.defaults import FENCING, PARTITIONS, STATE_TOPIC, TERMS_TOPIC
+from krabka.kafka import KafkaTransport
+from krabka.options import FENCINGS
 
 
 def emit(event: str, **fields: Any) -> None:

@@ -1,7 +1,7 @@
 """The two changelog-backed Faust tables of the worker application.
 
 Keys and values are raw bytes: keys so Faust's own routing (murmur2 of the
-key bytes, as Kafka's partitioner) lands on `coordination.role_partition`;
+key bytes, as Kafka's partitioner) lands on `krabka.role_partition`;
 values so the orjson codecs in `agents.fold.role_value` and
 `agents.fold.partition_value` own the format. Both tables have the state topic's
 partition count, so their changelogs are co-partitioned with it and a table

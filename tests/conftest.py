@@ -36,7 +36,7 @@ START_TIMEOUT = 240
 
 @pytest.fixture(autouse=True)
 def unfrozen_heap() -> Iterator[None]:
-    """A test that settled the heap (`coordination.heap`, a worker in the
+    """A test that settled the heap (`krabka.scale.heap`, a worker in the
     test's process) leaves nothing frozen; a module that froze the heap for
     all its tests (tests/faults/test_simulation.py) keeps it frozen."""
     frozen_before = gc.get_freeze_count()

@@ -34,7 +34,7 @@ from agents.events import LeadershipEvent
 from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, role_fold, route, step
-from coordination import Key, OutOfOrder, Placement, Record, RoleFold, RoleState, defaults
+from krabka import Key, OutOfOrder, Placement, Record, RoleFold, RoleState, defaults
 
 __all__ = ["Chunk", "Failure", "LoadPartition", "LoadRole", "Skip", "fold_chunk"]
 

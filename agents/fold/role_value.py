@@ -1,9 +1,9 @@
-"""The value of the ``role_state`` table: one role's `coordination.RoleState`,
+"""The value of the ``role_state`` table: one role's `krabka.RoleState`,
 as an orjson object.
 
 The table is keyed by the role's raw UTF-8 bytes; this module is its value
 codec and nothing else (no Faust import, no fold rule: the state is the
-library's, folded by `coordination.RoleFold`). Beside the state a value holds
+library's, folded by `krabka.RoleFold`). Beside the state a value holds
 what the fold agent needs to emit each event exactly once: the partition it
 was folded from, whether the latest lease's lapse was reported, and the last
 applied offset.
@@ -15,8 +15,8 @@ tenure (`MAX_TENURES`) and the list of recent errors (`MAX_ERRORS`;
 `RoleFold`.
 
 In term mode (``COORDINATION_FENCING=term``) the value also holds the role's
-`coordination.TermView`, folded from ``__coordination_terms`` by
-`coordination.TermFold` (the election's own rule), with the last terms offset
+`krabka.term.fold.TermView`, folded from ``__coordination_terms`` by
+`krabka.term.fold.TermFold` (the election's own rule), with the last terms offset
 applied, the Kafka timestamp of the holder's latest sign of life and whether
 its silence was reported; the terms kept are bounded like the tokens
 (`MAX_TENURES`), since the fold only ever looks up the highest one.
@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from coordination import FencingToken, Heartbeat, Lease, OutOfOrder, RoleState, RosterEntry
-from coordination.term_fold import TermClaim, TermView
+from krabka import FencingToken, Heartbeat, Lease, OutOfOrder, RoleState, RosterEntry
+from krabka.term.fold import TermClaim, TermView
 
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
 
@@ -53,7 +53,7 @@ MAX_ERRORS = 16
 class RoleValue:
     """One role's table value (before orjson).
 
-    `state` is what `coordination.build_role_state` says of the role after
+    `state` is what `krabka.build_role_state` says of the role after
     the records folded so far (with the bounds above); `partition` is the
     state partition they came from; `lapse_reported` is whether the lapse of
     `state.lease` was reported; `last_offset` is the last record folded.

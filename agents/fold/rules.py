@@ -1,8 +1,8 @@
 """The fold: one state-topic record applied to a role's table value (pure).
 
-`fold` hands the record to the library's `coordination.RoleFold`, which owns
+`fold` hands the record to the library's `krabka.RoleFold`, which owns
 every rule of the role's state, and turns the change it reports into the
-leadership-change events of docs/events.md (`coordination.events`, which the
+leadership-change events of docs/events.md (`krabka.observe.events`, which the
 operator CLI's ``watch`` uses too). `route` says which role a record
 belongs to, or why none can own it (`fold_unattributed` counts those per
 partition). `expire` is the tick: it reports a lapse that no record
@@ -14,8 +14,8 @@ role's next record (the writer's clock, like every lease deadline). A lapse is
 reported once per lease record, and only while that lease is the latest.
 
 In term mode `fold_terms` applies a ``__coordination_terms`` record to the
-role's `TermView` with the library's `coordination.TermFold` (the rule the
-candidates elect by) and `coordination.events.term_change_event` names the events;
+role's `TermView` with the library's `krabka.term.fold.TermFold` (the rule the
+candidates elect by) and `krabka.observe.events.term_change_event` names the events;
 `expire_term` reports a holder silent for the election timeout, once per
 sign of life, located at that sign.
 """
@@ -29,7 +29,7 @@ from typing import Protocol, TypeVar
 from agents.events import LeadershipEvent
 from agents.fold.partition_value import PartitionValue, SkipKind
 from agents.fold.role_value import MAX_ERRORS, MAX_TENURES, RoleValue
-from coordination import (
+from krabka import (
     Elected,
     FormatError,
     Key,
@@ -44,8 +44,8 @@ from coordination import (
     defaults,
     role_partition,
 )
-from coordination.events import change_event, lease_event, term_change_event, term_lapse
-from coordination.term_fold import TermFold, TermView
+from krabka.observe.events import change_event, lease_event, term_change_event, term_lapse
+from krabka.term.fold import TermFold, TermView
 
 __all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_terms",
            "fold_unattributed", "role_fold", "route", "route_term", "step"]

@@ -45,7 +45,7 @@ from mode.utils.queues import FlowControlEvent
 
 from app.faust_changes.registry import CHANGES, Change, Seam, applicable
 from app.faust_internals import FAUST, MODE
-from coordination.kafka.aiokafka_internals import AIOKAFKA
+from krabka.kafka.aiokafka_internals import AIOKAFKA
 
 __all__ = ["ChangedApp", "WorkerClasses", "classes", "installed_versions"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from app.faust_changes import committing, fetching, persisting, producing, recovering
 from app.faust_internals import FAUST, MODE
-from coordination.kafka.aiokafka_internals import AIOKAFKA
-from coordination.versions import DependencyRange
+from krabka.kafka.aiokafka_internals import AIOKAFKA
+from krabka.runtime.versions import DependencyRange
 
 __all__ = ["CHANGES", "INTERNALS", "Change", "Kind", "Seam", "applicable"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from coordination.events import LeadershipEvent
+from krabka.observe.events import LeadershipEvent
 
 __all__ = ["Dropped", "EventFeed", "Subscription"]
 

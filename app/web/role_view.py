@@ -4,9 +4,9 @@
 offset folded, which a client following ``GET /events/`` compares event
 offsets with); `detail` is ``GET /roles/{role}/``.
 Both take the instant of the read, because status is computed on read. The
-summary and the status are the library's (`coordination.json_forms`), which
+summary and the status are the library's (`krabka.observe.json_forms`), which
 the operator CLI's ``roles`` prints too, so the table path and the log path
-(`coordination.describe_roles`) answer in one shape.
+(`krabka.describe_roles`) answer in one shape.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 
 from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import MAX_ERRORS, RoleValue
-from coordination import RoleState
-from coordination.json_forms import (
+from krabka import RoleState
+from krabka.observe.json_forms import (
     Status,
     lease_json,
     out_of_order_json,
     roster_json,
     status_of,
 )
-from coordination.json_forms import summary_json as summary
+from krabka.observe.json_forms import summary_json as summary
 
 __all__ = [
     "Skips",

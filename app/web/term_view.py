@@ -1,7 +1,7 @@
 """The web view's term-mode fields (docs/app.md#web-view), from a role's table value.
 
 A term-mode role has no lease: its holder is the winner of the highest term
-on ``__coordination_terms`` (`coordination.TermView`, folded by the library's
+on ``__coordination_terms`` (`krabka.term.fold.TermView`, folded by the library's
 `TermFold`), and its liveness is the age of the holder's latest sign of life
 (the winning claim or a heartbeat), judged against the election timeout (the
 worker's lease duration in term mode): a standby claims once the holder has
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.fold.role_value import RoleValue
-from coordination.json_forms import Status
+from krabka.observe.json_forms import Status
 
 __all__ = ["term_detail", "term_fields", "term_status"]
 

@@ -43,7 +43,7 @@ from app.web.event_stream import stream_events
 from app.web.role_view import detail, merged_state, row, skips_of_values
 from app.web.routing import owner_of
 from app.web.term_view import term_detail, term_fields
-from coordination import NO_EPOCH, FencingToken, TermToken, describe_leadership, role_partition
+from krabka import NO_EPOCH, FencingToken, TermToken, describe_leadership, role_partition
 
 __all__ = ["Views", "install", "json_errors"]
 

@@ -41,7 +41,7 @@ This file is the entry point; the modules beside it do the work: `cli`
 (the commands), `cluster` (the layout in DIR), `storage` (server.properties
 and the format), `security` (`--secure`), `process` (the JVMs), `probe`
 (the readiness probes, through aiokafka's client and the checkout's
-`coordination.kafka`; so run it with the project's virtualenv, .venv/bin/python)
+`krabka.kafka`; so run it with the project's virtualenv, .venv/bin/python)
 and `errors`.
 """
 

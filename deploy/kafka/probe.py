@@ -3,7 +3,7 @@
 A probe connects to exactly the node it asks about (its client listener,
 ``host:port+N-1``) as a client of the cluster would: plaintext, or on a secured
 cluster with the admin's settings of DIR/secure/client.env (TLS trusting
-``ca.pem``, SASL SCRAM-SHA-512), which `coordination.kafka.connection` turns
+``ca.pem``, SASL SCRAM-SHA-512), which `krabka.kafka.connection` turns
 into aiokafka's options. aiokafka's connection asks ApiVersions v0 and, when
 secured, logs in before the first request.
 
@@ -23,12 +23,12 @@ from typing import TypeVar
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-from coordination.errors import ConfigurationError
-from coordination.kafka.connection import Connection
-from coordination.kafka.protocol import ApiVersionsRequest, BrokerApiVersions, parse_api_versions
 from deploy.kafka.cluster import Cluster
 from deploy.kafka.errors import KafkaScriptError
 from deploy.kafka.security import ADMIN, client_settings
+from krabka.errors import ConfigurationError
+from krabka.kafka.connection import Connection
+from krabka.kafka.protocol.messages import ApiVersionsRequest, BrokerApiVersions, parse_api_versions
 
 REQUEST_TIMEOUT = 2.0  # seconds for the connection, and for each request (a login's too)
 PROBE_TIMEOUT = 5.0  # seconds for one probe in all

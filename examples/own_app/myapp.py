@@ -23,7 +23,7 @@ from typing import Any
 from app.faust_config import broker_credentials, processing_guarantee
 from app.install import CoordinationApp, install
 from app.settings import Settings
-from coordination import Leadership
+from krabka import Leadership
 
 log = logging.getLogger("own_app")
 

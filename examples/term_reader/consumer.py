@@ -7,7 +7,7 @@ In term mode the broker accepts a deposed leader's writes; readers drop them
 `TermFilter`, prints the records it admits as JSON lines, and commits its
 offsets with the filter's marks in the offset-commit metadata after every
 batch, so a restarted reader resumes with the marks it had
-(`coordination.kafka.resume`). A partition the group never committed starts
+(`krabka.kafka.resume`). A partition the group never committed starts
 at its end, seeded with each role's highest term from the terms topic.
 
 The reader reads every partition of the topic (manual assignment: one
@@ -31,8 +31,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
-from coordination import TERMS_TOPIC, TermFilter
-from coordination.kafka import KafkaTransport, Resumed, commit_marks, resume
+from krabka import TERMS_TOPIC, TermFilter
+from krabka.kafka import KafkaTransport, Resumed, commit_marks, resume
 
 
 class FencedReader:

@@ -9,7 +9,7 @@ import asyncio
 import os
 
 from app.main import app, context, installation, settings
-from coordination import Leadership
+from krabka import Leadership
 
 __all__ = ["ROLES", "app", "context", "settings"]
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from app.access import check, worker_acls
 from app.settings import Settings
-from coordination.kafka.access import Acl
+from krabka.kafka.access import Acl
 from tests.support.ports import free_port
 
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from app.metrics import RENEWAL_BUCKETS, Metrics
-from coordination import defaults
 from deploy import validate
+from krabka import defaults
 from tests.app.test_app_deploy import k8s_objects, load_all, served_paths
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -395,7 +395,7 @@ def test_the_dockerfile_installs_the_library_with_the_worker_extra_and_runs_a_wo
     runs = [a for i, a in instructions if i == "RUN"]
     assert any(re.search(r"/opt/venv/bin/pip install .*'\.\[worker\]'", r) for r in runs)
     copies = [a for i, a in instructions if i == "COPY"]
-    for package in ("coordination", "app", "agents", "tables"):
+    for package in ("krabka", "app", "agents", "tables"):
         assert f"{package} ./{package}" in copies
     assert "--from=build /opt/venv /opt/venv" in copies
     # The worker's packages are not installed: they run from the work directory.

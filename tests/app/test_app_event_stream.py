@@ -15,7 +15,7 @@ from aiohttp import web
 from agents.fold.agent import apply_batch
 from app.web.event_stream import RETRY_MS
 from app.web.feed import Dropped, EventFeed
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     LeadershipEvent,
     ManualClock,

@@ -25,8 +25,8 @@ from app.faust_config import (
     faust_options,
 )
 from app.settings import VARIABLES, Settings, mask
-from coordination.kafka.connection import VARIABLES as CONNECTION_VARIABLES
-from coordination.kafka.connection import Connection
+from krabka.kafka.connection import VARIABLES as CONNECTION_VARIABLES
+from krabka.kafka.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(connection=Connection("k1:9092"), web_port=7001, web_host="w1")

@@ -17,7 +17,7 @@ from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, expire, fold, fold_unattributed, route
 from app.web.role_view import merged_state, status_of
-from coordination import (
+from krabka import (
     FencingToken,
     OutOfOrder,
     Record,

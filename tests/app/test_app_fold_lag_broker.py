@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from coordination import (
+from krabka import (
     Lease,
     Registration,
     encode_key,

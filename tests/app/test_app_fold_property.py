@@ -20,7 +20,7 @@ from agents.fold import partition_value, role_value
 from agents.fold.role_value import MAX_ERRORS, RoleValue
 from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from app.web.role_view import merged_state
-from coordination import (
+from krabka import (
     Elected,
     Joined,
     Left,
@@ -30,7 +30,7 @@ from coordination import (
     build_role_state,
     role_partition,
 )
-from coordination.records import decode_key
+from krabka.format.records import decode_key
 from tests.support.state_logs import partitions
 
 PARTITIONS = 3

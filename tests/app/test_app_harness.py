@@ -139,9 +139,9 @@ class AppGroup:
         return worker
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run the operator CLI, ``python -m coordination ARGS``, with this group's settings."""
+        """Run the operator CLI, ``python -m krabka ARGS``, with this group's settings."""
         return subprocess.run(
-            [sys.executable, "-m", "coordination", *args],
+            [sys.executable, "-m", "krabka", *args],
             env=self.env(free_port()), cwd=ROOT, capture_output=True, text=True,
             timeout=timeout, check=False,
         )

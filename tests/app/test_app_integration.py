@@ -23,7 +23,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordination import (
+from krabka import (
     Registration,
     RoleState,
     acquire_leadership,
@@ -34,7 +34,7 @@ from coordination import (
     registration_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.app.test_app_harness import AppGroup, AppWorker, get_text, poll
 from tests.support.browser import Browser, chromium
 from tests.support.doc_snippets import snippet_at

@@ -21,7 +21,7 @@ from app.factory import build, create_app
 from app.install import install
 from app.metrics import BUILD_INFO, FOLD_LAG, READY, Cardinality, Metrics
 from app.settings import Settings
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     InvalidStateError,
     Leadership,
@@ -30,7 +30,7 @@ from coordination import (
     MemoryBroker,
     MemoryTransport,
 )
-from coordination.cli import installed_version
+from krabka.cli.main import installed_version
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 

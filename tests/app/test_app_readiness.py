@@ -20,14 +20,14 @@ from app import health
 from app.factory import build
 from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess, fold_lag_of
 from app.settings import Settings
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     ManualClock,
     MemoryBroker,
     MemoryTransport,
     TransportError,
 )
-from coordination.tenure import renewal_delay_ms
+from krabka.tenure import renewal_delay_ms
 from tests.support.ports import free_port
 from tests.support.sim import LEASE, RENEW, Cluster
 

@@ -26,7 +26,7 @@ from agents.rebalancing import (
 from agents.roles import RoleRunner
 from app.factory import build
 from app.settings import Settings
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     LeaderRunner,
     Leadership,

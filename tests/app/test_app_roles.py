@@ -12,7 +12,7 @@ from app.factory import create_app
 from app.install import install
 from app.metrics import Metrics
 from app.settings import Settings
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     Leadership,
     LeadershipOptions,

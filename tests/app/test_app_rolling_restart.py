@@ -24,8 +24,8 @@ from typing import TypeVar
 import pytest
 
 from app.faust_changes.recovering import REBALANCED_DURING_RECOVERY
-from coordination import RoleState, describe_role_state
-from coordination.kafka import KafkaTransport
+from krabka import RoleState, describe_role_state
+from krabka.kafka import KafkaTransport
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import pytest
 
 from app.access import worker_acls
 from app.settings import Settings
-from coordination.kafka.access import AccessDeniedError, Acl, check_access
+from krabka.kafka.access import AccessDeniedError, Acl, check_access
 from tests.app.test_app_harness import AppGroup, poll
 from tests.support.ports import free_port
 from tests.support.secure_cluster import SecureCluster
@@ -56,7 +56,7 @@ def group(secure_kafka: SecureCluster, tmp_path_factory: pytest.TempPathFactory)
 
 def _cli(group: AppGroup, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordination", *args, "--topic", group.state_topic],
+        [sys.executable, "-m", "krabka", *args, "--topic", group.state_topic],
         env={**group.env(free_port()), **env}, cwd=ROOT, capture_output=True, text=True,
         timeout=60, check=False)
 

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from agents.fold import role_value
-from coordination import RoleState, role_partition
+from krabka import RoleState, role_partition
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 
 pytestmark = pytest.mark.integration

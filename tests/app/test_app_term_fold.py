@@ -22,7 +22,7 @@ from agents.fold.rules import Unattributed, expire_term, fold, fold_terms, route
 from app.factory import build
 from app.settings import Settings
 from app.web.term_view import term_detail, term_fields, term_status
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     ManualClock,
     MemoryBroker,
@@ -34,8 +34,8 @@ from coordination import (
     encode_registration,
     registration_key,
 )
-from coordination import role_partition as partition_of
-from coordination.events import describe
+from krabka import role_partition as partition_of
+from krabka.observe.events import describe
 from tests.support.event_schema import published
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordination import TERM_HEADER, decode_term_header, role_partition
+from krabka import TERM_HEADER, decode_term_header, role_partition
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 from tests.support.event_schema import published
 

@@ -18,7 +18,7 @@ import pytest
 
 from app.access import worker_acls
 from app.settings import Settings
-from coordination.kafka.access import AccessDeniedError, check_access
+from krabka.kafka.access import AccessDeniedError, check_access
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 from tests.support.ports import free_port
 from tests.support.secure_cluster import SecureCluster

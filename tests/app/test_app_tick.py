@@ -15,7 +15,7 @@ from agents.fold.agent import apply_tick, ticked
 from agents.fold.rules import expire, fold
 from app.factory import build
 from app.settings import Settings
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     FencingToken,
     ManualClock,

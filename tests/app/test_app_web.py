@@ -16,7 +16,7 @@ from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from app.factory import build
 from app.settings import Settings
 from app.web.views import BadRequest, _role_name
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     TERMS_TOPIC,
     Claim,
@@ -127,7 +127,7 @@ async def workers():
 
 
 def _token(producer_id: int, producer_epoch: int):
-    from coordination import FencingToken
+    from krabka import FencingToken
     return FencingToken(producer_id, producer_epoch)
 
 

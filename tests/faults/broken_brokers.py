@@ -7,7 +7,7 @@ that the suite notices each rule missing.
 
 from __future__ import annotations
 
-from coordination import MemoryBroker
+from krabka import MemoryBroker
 
 __all__ = ["BROKEN_BROKERS"]
 

@@ -63,7 +63,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coordination import (
+from krabka import (
     TERMS_TOPIC,
     LeaderRunner,
     Leadership,
@@ -73,8 +73,8 @@ from coordination import (
     TenureStop,
     TermToken,
 )
-from coordination.kafka import KafkaTransport
-from coordination.options import FENCINGS
+from krabka.kafka import KafkaTransport
+from krabka.options import FENCINGS
 from tests.faults.history import HistoryWriter
 
 

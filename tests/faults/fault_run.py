@@ -50,14 +50,14 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
-from coordination import (
+from krabka import (
     LeadershipStatus,
     RoleState,
     describe_leadership,
     describe_role_state,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.faults.history import (
     Attempt,
     HistoryReport,
@@ -73,7 +73,7 @@ from tests.support.processes import Service
 MEMBER = ["-m", "tests.faults.fault_member"]
 TRIALS = int(os.environ.get("FAULT_TRIALS", "1"))
 
-# What a guarded write refused by Kafka says (coordination/kafka/fenced.py):
+# What a guarded write refused by Kafka says (krabka/kafka/producer/fenced.py):
 # "<role>: <what> was fenced: <token> is superseded (<broker error>)".
 BROKER_REFUSAL = " is superseded ("
 LIBRARY_REFUSAL = ": the tenure of "

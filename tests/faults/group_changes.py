@@ -95,7 +95,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import (
+from krabka import (
     Kind,
     Record,
     RoleState,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.main import app, context, installation, settings
-from coordination import Leadership
+from krabka import Leadership
 from tests.faults.history import HistoryWriter
 
 __all__ = ["ROLE_NAMES", "app", "context", "settings"]

@@ -62,8 +62,8 @@ Three more checks judge the runner around the writes, in both modes
   never, across members not once a copy outran its tenure's end by the
   runner's stop bound (``two-copies``);
 - every lease a tenure committed is in the role's leadership-change history
-  as the library derives it from the state topic (`coordination.fold`,
-  `coordination.events`): its first lease as the ``elected`` event at its
+  as the library derives it from the state topic (`krabka.rules.fold`,
+  `krabka.observe.events`): its first lease as the ``elected`` event at its
   tenure's offset, then each renewal, in offset order (``story-missing``,
   ``story-order``).
 
@@ -82,7 +82,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Literal
 
-from coordination import (
+from krabka import (
     NO_EPOCH,
     TERM_HEADER,
     Clock,
@@ -96,12 +96,12 @@ from coordination import (
     decode_barrier,
     decode_term_header,
 )
-from coordination.changes import Elected, Renewed
-from coordination.events import change_event
-from coordination.fold import RoleFold
-from coordination.records import Lease
-from coordination.state import Record
-from coordination.term_fold import TermView, build_term_view
+from krabka.format.records import Lease
+from krabka.observe.events import change_event
+from krabka.rules.changes import Elected, Renewed
+from krabka.rules.fold import RoleFold
+from krabka.rules.state import Record
+from krabka.term.fold import TermView, build_term_view
 
 __all__ = [
     "LIFECYCLE_VIOLATION_KINDS",

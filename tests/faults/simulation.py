@@ -109,8 +109,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
-import coordination.runner as runner_module
-from coordination import (
+import krabka.runner as runner_module
+from krabka import (
     TERMS_TOPIC,
     EpochLostError,
     FencedError,
@@ -136,11 +136,11 @@ from coordination import (
     decode_term_key,
     role_partition,
 )
-from coordination.memory import MAX_EPOCH
-from coordination.options import Fencing
-from coordination.records import Lease
-from coordination.state import Record, RoleState
-from coordination.term_fold import TermFold, TermView, build_term_view
+from krabka.format.records import Lease
+from krabka.options import Fencing
+from krabka.rules.state import Record, RoleState
+from krabka.term.fold import TermFold, TermView, build_term_view
+from krabka.testing.memory import MAX_EPOCH
 from tests.faults.history import (
     FunctionRun,
     HistoryReport,
@@ -1682,7 +1682,7 @@ def _quiet_library_logs(planted: bool) -> Iterator[None]:
     A test runner that captures logs keeps every record until its test ends;
     thousands of runs in one test would keep millions.
     """
-    logger = logging.getLogger("coordination")
+    logger = logging.getLogger("krabka")
     level = logger.level
     logger.setLevel(logging.CRITICAL if planted else logging.ERROR)
     try:

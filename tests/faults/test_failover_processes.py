@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from coordination import FencingToken, describe_leadership, describe_role_state
-from coordination.kafka import KafkaTransport
-from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
-from coordination.options import FENCINGS
+from krabka import FencingToken, describe_leadership, describe_role_state
+from krabka.kafka import KafkaTransport
+from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
+from krabka.options import FENCINGS
 from tests.support.kafka_io import (
     create_state_and_output_topics,
     read_committed,

@@ -51,7 +51,7 @@ from typing import Any
 import aiokafka.errors
 import pytest
 
-from coordination import (
+from krabka import (
     Claim,
     EpochLostError,
     FencedError,
@@ -73,7 +73,7 @@ from coordination import (
     lease_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
+from krabka.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
 from tests.faults.fault_run import FaultReport, FaultRun, Timing
 from tests.support.kafka_io import (
     create_state_and_output_topics,
@@ -456,7 +456,7 @@ STEP_BACK_MS = 10_000
 # timeout (the lease) and ends the tenure through the lost producer at least
 # 1 s after the fence deadline, so only the deadline itself meets this bound.
 STEPPED_SLACK_MS = 500
-# How the fence deadline ends a tenure (coordination/tenure.py).
+# How the fence deadline ends a tenure (krabka/tenure.py).
 OWN_DEADLINE = "could not be renewed before the fence deadline"
 
 

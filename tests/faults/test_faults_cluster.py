@@ -66,8 +66,8 @@ from aiokafka.errors import (
     NotCoordinatorError,
 )
 
-from coordination import FencingToken, LeadershipStatus, describe_leadership, role_partition
-from coordination.kafka import KafkaTransport
+from krabka import FencingToken, LeadershipStatus, describe_leadership, role_partition
+from krabka.kafka import KafkaTransport
 from tests.faults.fault_run import FaultReport, FaultRun, Timing, refused_by_broker
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.polling import eventually

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from coordination import FencingToken, Key, Kind, decode_key, role_partition
-from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
+from krabka import FencingToken, Key, Kind, decode_key, role_partition
+from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
 from tests.faults.fault_run import TRIALS, FaultRun, Timing
 from tests.faults.history import decode_record
 from tests.support.kafka_io import (
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 60
 TIMING = Timing(lease=3.0, renew=1.0, stagger=0.5, interval=0.1)
 # How a tenure ends when the leader's own (monotonic) fence deadline passes
-# (coordination/tenure.py): what a zombie whose clocks say its lease is
+# (krabka/tenure.py): what a zombie whose clocks say its lease is
 # live must not be stopped by.
 OWN_DEADLINE = "could not be renewed before the fence deadline"
 trials = pytest.mark.parametrize("trial", range(TRIALS))

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordination import encode_key, encode_lease, lease_key, registration_key
-from coordination.records import Lease
+from krabka import encode_key, encode_lease, lease_key, registration_key
+from krabka.format.records import Lease
 from tests.faults import group_changes
 from tests.faults.group_changes import (
     PARTITIONS_BACK_SCRIPT,

@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from coordination import (
+from krabka import (
     TERM_HEADER,
     TERMS_TOPIC,
     Barrier,
@@ -24,7 +24,7 @@ from coordination import (
     encode_term_key,
     role_partition,
 )
-from coordination.state import Record
+from krabka.rules.state import Record
 from tests.faults.history import (
     Attempt,
     FunctionRun,

@@ -32,7 +32,7 @@ from collections import Counter
 
 import pytest
 
-from coordination import (
+from krabka import (
     TERMS_TOPIC,
     FencedError,
     MemoryBroker,
@@ -41,8 +41,8 @@ from coordination import (
     TermKind,
     decode_term_key,
 )
-from coordination.heap import settle_heap
-from coordination.memory import MAX_EPOCH
+from krabka.scale.heap import settle_heap
+from krabka.testing.memory import MAX_EPOCH
 from tests.faults.simulation import (
     LIBRARY_FAULTS,
     LIVELOCK_LEASES,

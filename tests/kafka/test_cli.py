@@ -1,4 +1,4 @@
-"""The operator CLI, ``python -m coordination``, against the real broker."""
+"""The operator CLI, ``python -m krabka``, against the real broker."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import uuid
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import FencedError, acquire_leadership
-from coordination.kafka import KafkaTransport
+from krabka import FencedError, acquire_leadership
+from krabka.kafka import KafkaTransport
 from tests.support.polling import eventually
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, Service
@@ -27,7 +27,7 @@ PARTITIONS = 4
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coordination", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "krabka", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, check=False)
 
 
@@ -131,7 +131,7 @@ def test_roles_on_a_terminal_is_a_table(kafka_bootstrap, state_topic, leader):
     controller, terminal = pty.openpty()
     try:
         process = subprocess.run(
-            [sys.executable, "-m", "coordination", "roles", "--topic", state_topic,
+            [sys.executable, "-m", "krabka", "roles", "--topic", state_topic,
              "--partitions", str(PARTITIONS), "--bootstrap-servers", kafka_bootstrap],
             stdout=terminal, stderr=subprocess.PIPE, cwd=ROOT, timeout=60, check=False)
         os.close(terminal)
@@ -165,7 +165,7 @@ async def test_watch_prints_an_election_and_a_resignation_as_they_happen(
     role = f"test.watch-{uuid.uuid4().hex[:8]}"
     watcher = Service("watch", role, "--topic", state_topic, "--partitions", str(PARTITIONS),
                       "--bootstrap-servers", kafka_bootstrap,
-                      program=["-m", "coordination"])
+                      program=["-m", "krabka"])
     try:
         await eventually(lambda: _lines(watcher.stderr), lambda err: "following" in err, 30)
         async with KafkaTransport(kafka_bootstrap, topic=state_topic) as transport:
@@ -188,7 +188,7 @@ async def test_watch_prints_an_election_and_a_resignation_as_they_happen(
 
 async def test_watch_stops_on_sigint_with_status_0(kafka_bootstrap, state_topic):
     watcher = Service("watch", "--topic", state_topic, "--partitions", str(PARTITIONS),
-                      "--bootstrap-servers", kafka_bootstrap, program=["-m", "coordination"])
+                      "--bootstrap-servers", kafka_bootstrap, program=["-m", "krabka"])
     try:
         await eventually(lambda: _lines(watcher.stderr), lambda err: "following" in err, 30)
         watcher.signal(signal.SIGINT)
@@ -205,7 +205,7 @@ async def test_watch_ends_with_status_0_when_its_reader_goes_away(kafka_bootstra
     read_end, write_end = os.pipe()
     with errors.open("w") as stderr:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "coordination", "watch", role, "--topic", state_topic,
+            sys.executable, "-m", "krabka", "watch", role, "--topic", state_topic,
             "--partitions", str(PARTITIONS), "--bootstrap-servers", kafka_bootstrap,
             stdout=write_end, stderr=stderr, cwd=ROOT)
     # As `watch | head -0` would: the first event finds no reader.

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import TermLeadership, TermToken, acquire_leadership, describe_leadership
-from coordination.kafka import KafkaTransport
+from krabka import TermLeadership, TermToken, acquire_leadership, describe_leadership
+from krabka.kafka import KafkaTransport
 from tests.support.polling import eventually
 from tests.support.processes import ROOT, Service
 
@@ -29,7 +29,7 @@ LEASE = 10.0
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coordination", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "krabka", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=False,
                           env={**os.environ, **(env or {})})
 
@@ -154,7 +154,7 @@ async def test_cli_watch_in_term_mode_prints_elections_and_resigns_from_the_term
     monkeypatch.setenv("COORDINATION_FENCING", "term")
     role = f"test.term-watch-{uuid.uuid4().hex[:8]}"
     watcher = Service("watch", role, *flags(kafka_bootstrap, topics, judging=False),
-                      program=["-m", "coordination"])
+                      program=["-m", "krabka"])
     try:
         await eventually(lambda: _lines(watcher.stderr), lambda err: "following" in err, 30)
         first = await lead(transport, role)

@@ -8,14 +8,14 @@ import uuid
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencingToken,
     GuardedTransaction,
     acquire_leadership,
     describe_role_state,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import (
     committed_values,
     create_state_and_output_topics,

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     NO_EPOCH,
     FormatError,
     Leadership,
@@ -55,8 +55,8 @@ from coordination import (
     registration_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
-from coordination.records import Kind
+from krabka.format.records import Kind
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.polling import eventually
 from tests.support.processes import ROOT
@@ -292,7 +292,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coordination", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "krabka", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=False)
 
 

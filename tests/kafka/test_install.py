@@ -67,9 +67,9 @@ def isolated(python: Path, code: str) -> subprocess.CompletedProcess[str]:
 def test_the_wheel_holds_the_library_and_its_type_marker_only(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names}
-    assert top_level == {"coordination", "krabka_coordination-0.1.0.dist-info"}
-    assert "coordination/py.typed" in names
-    assert "coordination/kafka/__init__.py" in names
+    assert top_level == {"krabka", "krabka_coordination-0.1.0.dist-info"}
+    assert "krabka/py.typed" in names
+    assert "krabka/kafka/__init__.py" in names
 
 
 def test_the_wheel_requires_aiokafka_and_packaging_and_the_worker_is_an_extra(wheel):
@@ -86,8 +86,8 @@ def test_the_wheel_requires_aiokafka_and_packaging_and_the_worker_is_an_extra(wh
 
 def test_the_library_and_its_kafka_adapter_import_without_the_worker_dependencies(python):
     probe = isolated(python, (
-        "import importlib.util, json, coordination, coordination.kafka; "
-        "print(json.dumps({'file': coordination.__file__, 'found': ["
+        "import importlib.util, json, krabka, krabka.kafka; "
+        "print(json.dumps({'file': krabka.__file__, 'found': ["
         f"n for n in {WORKER_DEPENDENCIES!r} if importlib.util.find_spec(n)]}}))"
     ))
     result = json.loads(probe.stdout)
@@ -105,9 +105,22 @@ def test_site_packages_holds_no_worker_package(python):
     assert result["found"] == []
     present = {p.name.removesuffix(".py") for p in Path(result["site"]).iterdir()}
     assert present.isdisjoint(WORKER_PACKAGES)
-    assert "coordination" in present
+    assert "krabka" in present
 
 
 def test_the_console_script_is_installed(python):
-    result = run(python.parent / "krabka-coordination", "--help", cwd=python.parent)
+    result = run(python.parent / "krabka", "--help", cwd=python.parent)
     assert "usage" in result.stdout.lower()
+
+
+def test_nothing_installed_is_named_coordination(python):
+    probe = isolated(python, (
+        "import importlib.util, json, sysconfig; "
+        "print(json.dumps({'site': sysconfig.get_paths()['purelib'], "
+        "'found': importlib.util.find_spec('coordination') is not None}))"
+    ))
+    result = json.loads(probe.stdout)
+    assert result["found"] is False
+    installed = [*Path(result["site"]).iterdir(), *python.parent.iterdir()]
+    assert not [p.name for p in installed if "coordination" in p.name
+                and not p.name.startswith("krabka_coordination")]

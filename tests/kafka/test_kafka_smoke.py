@@ -6,7 +6,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import encode_key, lease_key, role_partition
+from krabka import encode_key, lease_key, role_partition
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.metadata import MetadataRequest
 
-import coordination.kafka.transport as kafka_transport_module
-from coordination import (
+import krabka.kafka.transport as kafka_transport_module
+from krabka import (
     NO_EPOCH,
     TERM_HEADER,
     Claim,
@@ -45,12 +45,13 @@ from coordination import (
     heartbeat_key,
     role_partition,
 )
-from coordination.kafka import KafkaTransport, KafkaUnavailableError, direct_lease
-from coordination.kafka.errors import KafkaTransportError, ProducerFatalError
-from coordination.kafka.options import ClientOptions
-from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
-from coordination.token import FencingToken
-from coordination.transport import PartitionRead
+from krabka.format.token import FencingToken
+from krabka.kafka import KafkaTransport, KafkaUnavailableError
+from krabka.kafka.errors import KafkaTransportError, ProducerFatalError
+from krabka.kafka.options import ClientOptions
+from krabka.kafka.producer import direct_lease
+from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
+from krabka.transport import PartitionRead
 from tests.support import polling
 from tests.support.kafka_io import (
     committed_values,
@@ -458,7 +459,7 @@ def requests_of(transport: KafkaTransport, role: str,
                 fail: Callable[[Any, int], BaseException | None] | None = None
                 ) -> list[tuple[str, int]]:
     """From now on, every request the role's producer sends, as (kind, API key):
-    kind "direct" for `coordination.kafka.direct_lease`'s, "aiokafka" for the
+    kind "direct" for `krabka.kafka.producer.direct_lease`'s, "aiokafka" for the
     producer's own. `fail(request, n)` may return an error to raise instead of
     the n-th (from 1) direct request of that API key; the real request is sent
     first when the error is a lost answer (``KafkaConnectionError``)."""

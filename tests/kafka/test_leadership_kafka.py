@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencedError,
     FencingToken,
     Leadership,
@@ -34,9 +34,9 @@ from coordination import (
     lease_key,
     rendezvous_weight,
 )
-from coordination.kafka import KafkaTransport
-from coordination.kafka.protocol import TRANSACTIONAL_ID_NOT_FOUND
-from coordination.records import Lease
+from krabka.format.records import Lease
+from krabka.kafka import KafkaTransport
+from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
 from tests.faults.faults import stop_the_world_until
 from tests.support.kafka_io import (
     committed_values,
@@ -263,7 +263,7 @@ async def test_a_transaction_held_open_past_the_lease_is_fenced_by_the_coordinat
 
     def coordinator_moved_on() -> bool:
         answer = subprocess.run(
-            [sys.executable, "-m", "coordination", "describe", cluster.role,
+            [sys.executable, "-m", "krabka", "describe", cluster.role,
              "--bootstrap-servers", cluster.bootstrap],
             capture_output=True, text=True, timeout=30, check=True)
         token = json.loads(answer.stdout)["token"]

@@ -17,13 +17,13 @@ import uuid
 import pytest
 
 from agents.roles import MetricsObserver, RoleRunner
-from coordination import (
+from krabka import (
     Leadership,
     LeadershipOptions,
     describe_leadership,
     describe_role_state,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.polling import eventually
 

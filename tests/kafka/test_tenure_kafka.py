@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from agents.roles import RoleFunction, RoleRunner, declare
-from coordination import (
+from krabka import (
     Leadership,
     LeadershipOptions,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import (
     committed_values,
     create_state_and_output_topics,

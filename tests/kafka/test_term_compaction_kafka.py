@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from coordination import (
+from krabka import (
     Heartbeat,
     TermKind,
     TermToken,
@@ -30,7 +30,7 @@ from coordination import (
     encode_term_key,
     heartbeat_key,
 )
-from coordination.kafka import KafkaTransport
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.polling import eventually
 from tests.support.transport_backends import EAGER_COMPACTION

@@ -20,7 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import (
+from krabka import (
     TERM_HEADER,
     LeaderRunner,
     Leadership,
@@ -28,7 +28,7 @@ from coordination import (
     TermFilter,
     decode_term_header,
 )
-from coordination.kafka import KafkaTransport, KafkaTransportError
+from krabka.kafka import KafkaTransport, KafkaTransportError
 from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.polling import eventually
 

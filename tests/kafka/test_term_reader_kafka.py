@@ -19,9 +19,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from coordination import FormatError, TermFilter
-from coordination.kafka import MarksTooLargeError, commit_marks, resume
 from examples.term_reader.consumer import FencedReader
+from krabka import FormatError, TermFilter
+from krabka.kafka import MarksTooLargeError, commit_marks, resume
 from tests.support.polling import eventually
 from tests.support.term_output import OUTPUT_PARTITIONS, WITHIN, Setting
 

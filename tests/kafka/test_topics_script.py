@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import TERMS_TOPIC
-from coordination.kafka import KafkaTransport
 from deploy import topics
+from krabka import TERMS_TOPIC
+from krabka.kafka import KafkaTransport
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "topics.py"
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from coordination import (
+from krabka import (
     NO_EPOCH,
     TERM_HEADER,
     Barrier,

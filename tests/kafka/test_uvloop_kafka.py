@@ -12,8 +12,8 @@ import asyncio
 import pytest
 import uvloop
 
-from coordination import acquire_leadership, describe_leadership
-from coordination.kafka import KafkaTransport
+from krabka import acquire_leadership, describe_leadership
+from krabka.kafka import KafkaTransport
 from tests.support.kafka_io import committed_values, create_state_and_output_topics
 from tests.support.polling import eventually
 

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import RoleChange, acquire_leadership, describe_roles, role_partition, watch_roles
-from coordination.kafka import KafkaTransport
+from krabka import RoleChange, acquire_leadership, describe_roles, role_partition, watch_roles
+from krabka.kafka import KafkaTransport
 
 pytestmark = pytest.mark.integration
 

@@ -266,9 +266,9 @@ def make_targets(makefile: str) -> set[str]:
 async def run_snippets(page_snippets: Sequence[Snippet]) -> dict[str, Any]:
     """Run the runnable snippets of one page in order, in one namespace, on a
     `MemoryBroker`; then drive the roles they declared. Returns the namespace."""
-    import coordination
-    import coordination.kafka
-    from coordination import MemoryBroker, MemoryTransport, defaults
+    import krabka
+    import krabka.kafka
+    from krabka import MemoryBroker, MemoryTransport, defaults
 
     broker = MemoryBroker()
     for topic in (defaults.STATE_TOPIC, defaults.TERMS_TOPIC):
@@ -281,9 +281,9 @@ async def run_snippets(page_snippets: Sequence[Snippet]) -> dict[str, Any]:
 
     # What a snippet imports as KafkaTransport is a client of the memory broker,
     # for the page's run only: the process's own name comes back afterwards.
-    real = coordination.KafkaTransport, coordination.kafka.KafkaTransport
-    coordination.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
-    coordination.kafka.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
+    real = krabka.KafkaTransport, krabka.kafka.KafkaTransport
+    krabka.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
+    krabka.kafka.KafkaTransport = kafka_transport  # type: ignore[assignment, misc]
     namespace: dict[str, Any] = {"__name__": "__snippet__"}
     try:
         for snippet in page_snippets:
@@ -296,7 +296,7 @@ async def run_snippets(page_snippets: Sequence[Snippet]) -> dict[str, Any]:
             else:
                 exec(code, namespace)
     finally:
-        coordination.KafkaTransport, coordination.kafka.KafkaTransport = real  # type: ignore[misc]
+        krabka.KafkaTransport, krabka.kafka.KafkaTransport = real  # type: ignore[misc]
     await _drive_declared_roles(broker, _installations(namespace))
     return namespace
 
@@ -316,7 +316,7 @@ def _installations(namespace: dict[str, Any]) -> list[Any]:
 
 async def _drive_declared_roles(broker: Any, installations: Sequence[Any]) -> None:
     """Run each role declared on the page's worker `installations` once, as its leader."""
-    from coordination import MemoryTransport, acquire_leadership
+    from krabka import MemoryTransport, acquire_leadership
 
     for installation in installations:
         settings = installation.context.settings
@@ -353,7 +353,7 @@ async def _until_written_or_returned(broker: Any, role: str, work: Any) -> None:
 
 def _written(broker: Any) -> int:
     """Committed records on the topics the snippets write (not the coordination's)."""
-    from coordination import defaults
+    from krabka import defaults
 
     total = 0
     for topic in broker.topics:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from coordination import Record
+from krabka import Record
 
 __all__ = ["FakeEvent", "state_event"]
 

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
-from coordination import (
+from krabka import (
     RoleState,
     TermFilter,
     TermStamp,
@@ -19,11 +19,11 @@ from coordination import (
     describe_role_state,
     role_partition,
 )
-from coordination.kafka import KafkaTransport
-from coordination.kafka.coordinators import TransactionCoordinators
-from coordination.kafka.options import ClientOptions
-from coordination.term_fold import TermView, build_term_view
-from coordination.term_records import TERM_HEADER
+from krabka.format.terms import TERM_HEADER
+from krabka.kafka import KafkaTransport
+from krabka.kafka.options import ClientOptions
+from krabka.kafka.producer.coordinators import TransactionCoordinators
+from krabka.term.fold import TermView, build_term_view
 from tests.support.polling import eventually
 
 SETTLE_WITHIN = 10.0
@@ -102,7 +102,7 @@ async def committed_values(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def stamp_of(record: ConsumerRecord) -> TermStamp:
-    """A term-mode leader's record's ``coordination.term`` header, decoded."""
+    """A term-mode leader's record's ``krabka.term`` header, decoded."""
     [stamp] = [value for name, value in record.headers if name == TERM_HEADER]
     assert stamp is not None, record
     return decode_term_header(stamp)

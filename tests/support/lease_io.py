@@ -2,14 +2,13 @@
 the way the core writes them.
 
 A transport has no call that commits one lease record: the core composes it
-from the transport's primitives (`coordination.guarded.commit_lease`). Tests
+from the transport's primitives (`krabka.guarded.commit_lease`). Tests
 of a transport write leases through that same composition.
 """
 
 from __future__ import annotations
 
-from coordination.guarded import commit_lease
-from coordination.records import (
+from krabka.format.records import (
     Lease,
     Registration,
     encode_key,
@@ -18,8 +17,9 @@ from coordination.records import (
     lease_key,
     registration_key,
 )
-from coordination.token import FencingToken
-from coordination.transport import LeaseWriter
+from krabka.format.token import FencingToken
+from krabka.guarded import commit_lease
+from krabka.transport import LeaseWriter
 
 
 def lease_record(role: str, token: FencingToken, member: str = "a") -> tuple[bytes, bytes]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordination import (
+from krabka import (
     FencingToken,
     Lease,
     Record,

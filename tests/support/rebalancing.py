@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     LeadershipOptions,
     RoleState,
@@ -23,10 +23,10 @@ from coordination import (
     decode_key,
     decode_lease,
 )
-from coordination.clock import Clock
-from coordination.rebalance import Rebalancer
-from coordination.records import Kind
-from coordination.watch import watch_roles
+from krabka.clock import Clock
+from krabka.format.records import Kind
+from krabka.observe.watch import watch_roles
+from krabka.scale.rebalance import Rebalancer
 
 
 class Record(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from coordination import (
+from krabka import (
     Lease,
     Record,
     Registration,

@@ -16,8 +16,8 @@ from pathlib import Path
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
 
-from coordination.kafka.access import Acl
-from coordination.kafka.connection import Connection
+from krabka.kafka.access import Acl
+from krabka.kafka.connection import Connection
 
 ADMIN = "admin"
 ANY_HOST = "*"

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     TERMS_TOPIC,
     Clock,

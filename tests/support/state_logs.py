@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     Lease,
     Record,
     Registration,

@@ -3,7 +3,7 @@ for tests of the term fold and election that read as specifications."""
 
 from __future__ import annotations
 
-from coordination import (
+from krabka import (
     Claim,
     Heartbeat,
     Record,

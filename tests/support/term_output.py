@@ -8,14 +8,14 @@ import uuid
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
-from coordination import (
+from krabka import (
     TERM_HEADER,
     TermLeadership,
     TermStamp,
     acquire_leadership,
     encode_term_header,
 )
-from coordination.kafka import KafkaTransport, KafkaTransportError
+from krabka.kafka import KafkaTransport, KafkaTransportError
 from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.polling import eventually
 

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordination import ManualClock, MemoryBroker, MemoryTransport
-from coordination.kafka import KafkaTransport
-from coordination.memory import MemoryRecord
+from krabka import ManualClock, MemoryBroker, MemoryTransport
+from krabka.kafka import KafkaTransport
+from krabka.testing.memory import MemoryRecord
 from tests.faults.broken_brokers import BROKEN_BROKERS
 from tests.support import polling
 from tests.support.kafka_io import read_committed

@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from coordination import LeaderRunner, LeadershipOptions, ManualClock, RenewalLatencyAdmission
+from krabka import LeaderRunner, LeadershipOptions, ManualClock, RenewalLatencyAdmission
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 TERM = {"fencing": "term", "outputs": ("out",)}
@@ -43,11 +43,11 @@ def test_an_admission_is_open_until_a_renewal_takes_longer_than_the_limit():
 
 def test_a_slow_write_that_closes_the_admission_says_so_once(caplog):
     admission = RenewalLatencyAdmission(limit=2.0, hold=10.0, clock=ManualClock())
-    with caplog.at_level(logging.WARNING, logger="coordination.admission"):
+    with caplog.at_level(logging.WARNING, logger="krabka.scale.admission"):
         admission.lease_written(2.5)
         admission.lease_written(3.0)
     assert admission.closed
-    assert [r.getMessage() for r in caplog.records if r.name == "coordination.admission"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "krabka.scale.admission"] == [
         "a lease write took 2.50 s, over the admission's limit of 2.00 s: this process takes "
         "no role for 10.0 s"]
 

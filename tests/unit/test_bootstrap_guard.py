@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from coordination.kafka.lifecycle import guard_bootstrap
+from krabka.kafka.lifecycle import guard_bootstrap
 from tests.support.loop import run_ready_callbacks
 
 

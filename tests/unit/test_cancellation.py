@@ -8,9 +8,9 @@ import gc
 
 import pytest
 
-from coordination.cancellation import bounded, cancel_and_wait, within
-from coordination.follower import Tailing
-from coordination.watch import RoleWatch
+from krabka.follower import Tailing
+from krabka.observe.watch import RoleWatch
+from krabka.runtime.cancellation import bounded, cancel_and_wait, within
 from tests.support.loop import run_ready_callbacks
 from tests.support.sim import Cluster
 

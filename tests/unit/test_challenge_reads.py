@@ -3,7 +3,7 @@ and everything committed since an older read."""
 
 from __future__ import annotations
 
-from coordination import (
+from krabka import (
     FencingToken,
     LeadershipOptions,
     Lease,
@@ -14,7 +14,7 @@ from coordination import (
     lease_key,
     role_partition,
 )
-from coordination.guarded import commit_lease
+from krabka.guarded import commit_lease
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 

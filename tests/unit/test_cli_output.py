@@ -11,8 +11,8 @@ from importlib.metadata import version
 
 import pytest
 
-from coordination import RoleState, RosterEntry, TermStatus, TermToken
-from coordination.cli import (
+from krabka import RoleState, RosterEntry, TermStatus, TermToken
+from krabka.cli.main import (
     DISTRIBUTION,
     FENCING_VARIABLE,
     PROG,
@@ -22,7 +22,7 @@ from coordination.cli import (
     term_state_json,
     term_status_json,
 )
-from coordination.cli_output import columns, render, timestamp_text, token_text
+from krabka.cli.output import columns, render, timestamp_text, token_text
 from tests.support.processes import ROOT
 
 TOKEN = {"producer_id": 4000, "producer_epoch": 7}
@@ -33,7 +33,7 @@ TOKEN = {"producer_id": 4000, "producer_epoch": 7}
 
 def test_the_script_is_the_cli_and_names_its_distribution():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {PROG: "coordination.cli:main"}
+    assert project["scripts"] == {PROG: "krabka.cli.main:main"}
     assert project["name"] == DISTRIBUTION
 
 
@@ -44,8 +44,8 @@ def test_version_prints_the_installed_distribution_version(capsys):
     assert capsys.readouterr().out == f"{PROG} {version(DISTRIBUTION)}\n"
 
 
-def test_python_dash_m_coordination_is_the_same_cli():
-    result = subprocess.run([sys.executable, "-m", "coordination", "--version"], cwd=ROOT,
+def test_python_dash_m_krabka_is_the_same_cli():
+    result = subprocess.run([sys.executable, "-m", "krabka", "--version"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{PROG} {version(DISTRIBUTION)}\n"

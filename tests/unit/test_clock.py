@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from coordination import ManualClock, SystemClock
+from krabka import ManualClock, SystemClock
 from tests.support.loop import run_ready_callbacks
 
 

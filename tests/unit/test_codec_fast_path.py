@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     Key,
     Kind,
     Lease,
@@ -29,7 +29,7 @@ from coordination import (
     encode_registration,
     lease_key,
 )
-from coordination.wire import MAX_STRING_BYTES, Reader, Writer, slot_setters
+from krabka.format.wire import MAX_STRING_BYTES, Reader, Writer, slot_setters
 from tests.unit.test_codec import I16, TEXT, keys, leases, registrations
 
 

@@ -1,7 +1,7 @@
 """Every non-public aiokafka and Faust name the code relies on exists in the installed versions.
 
 The names are listed once, beside the tested version ranges
-(`coordination.kafka.aiokafka_internals`, `app.faust_internals`, and the
+(`krabka.kafka.aiokafka_internals`, `app.faust_internals`, and the
 worker's changes to Faust in `app.faust_changes.registry`). An attribute
 counts as present when the object has it, or when a method of the class (or of
 a base class) assigns it on ``self``: most of them are instance attributes that
@@ -21,12 +21,12 @@ import pytest
 
 from app.faust_changes.registry import INTERNALS as CHANGES_INTERNALS
 from app.faust_internals import INTERNALS as FAUST_INTERNALS
-from coordination.kafka.aiokafka_internals import INTERNALS as AIOKAFKA_INTERNALS
+from krabka.kafka.aiokafka_internals import INTERNALS as AIOKAFKA_INTERNALS
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTED = AIOKAFKA_INTERNALS + FAUST_INTERNALS + CHANGES_INTERNALS
 # Code that reaches into aiokafka or Faust.
-SCANNED = [*sorted((ROOT / "coordination" / "kafka").rglob("*.py")),
+SCANNED = [*sorted((ROOT / "krabka" / "kafka").rglob("*.py")),
            *(sorted(p for d in ("app", "agents", "tables") for p in (ROOT / d).rglob("*.py"))),
            ROOT / "tests" / "app" / "faust_seek_check.py"]
 # Public despite the underscore.

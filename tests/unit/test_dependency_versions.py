@@ -1,6 +1,6 @@
 """The dependency versions the project was tested with: declared once, refused otherwise.
 
-`coordination.kafka` refuses an aiokafka, and the worker (`app`) a
+`krabka.kafka` refuses an aiokafka, and the worker (`app`) a
 faust-streaming, outside the range the suite ran against, with a typed error
 naming the override variable; with the variable set to ``1`` they warn instead.
 ``pyproject.toml`` requires the same ranges, so pip installs only what the
@@ -21,10 +21,10 @@ import pytest
 from packaging.requirements import Requirement
 
 from app.faust_internals import FAUST, MODE
-from coordination import CoordinationError
-from coordination.errors import UntestedVersionError
-from coordination.kafka.aiokafka_internals import AIOKAFKA
-from coordination.versions import DependencyRange, UntestedVersionWarning
+from krabka import CoordinationError
+from krabka.errors import UntestedVersionError
+from krabka.kafka.aiokafka_internals import AIOKAFKA
+from krabka.runtime.versions import DependencyRange, UntestedVersionWarning
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -103,14 +103,14 @@ def import_with_version(module: str, dependency: str, version: str, **env: str):
 
 
 def test_importing_the_kafka_adapter_refuses_an_untested_aiokafka():
-    result = import_with_version("coordination.kafka", "aiokafka", "0.13.0")
+    result = import_with_version("krabka.kafka", "aiokafka", "0.13.0")
     assert result.returncode != 0
     assert "UntestedVersionError: aiokafka 0.13.0 is installed" in result.stderr
     assert "COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1" in result.stderr
 
 
 def test_the_kafka_adapter_imports_an_untested_aiokafka_with_a_warning_when_allowed():
-    result = import_with_version("coordination.kafka", "aiokafka", "0.13.0",
+    result = import_with_version("krabka.kafka", "aiokafka", "0.13.0",
                                  COORDINATION_ALLOW_UNTESTED_AIOKAFKA="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "imported"

@@ -22,7 +22,7 @@ from aiokafka.protocol.transaction import (
     EndTxnResponse_v0,
 )
 
-from coordination.kafka import direct_lease
+from krabka.kafka.producer import direct_lease
 
 TXN = "billing.role"
 TOPIC = "__coordination_state"

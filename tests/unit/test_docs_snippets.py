@@ -185,7 +185,7 @@ async def test_running_a_snippet_with_an_undefined_name_fails():
 
 
 async def test_snippets_run_in_page_order_on_a_memory_broker_standing_for_kafka():
-    first = ("from coordination import KafkaTransport, acquire_leadership\n"
+    first = ("from krabka import KafkaTransport, acquire_leadership\n"
              "transport = KafkaTransport('broker:9092')\n"
              "leadership = await acquire_leadership(transport, 'r', 'm')\n")
     second = ("async with leadership.transaction() as txn:\n"

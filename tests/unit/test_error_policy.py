@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import errors as kafka_errors
 
-from coordination import (
+from krabka import (
     FencedError,
     InvalidStateError,
     KafkaTransport,
@@ -33,9 +33,9 @@ from coordination import (
     TransportError,
     describe_role_state,
 )
-from coordination.kafka.fenced import RoleProducer
-from coordination.kafka.tail import KafkaTail
-from coordination.tenure import TOPIC_RECHECK_MS
+from krabka.kafka.consumer.tail import KafkaTail
+from krabka.kafka.producer.fenced import RoleProducer
+from krabka.tenure import TOPIC_RECHECK_MS
 from tests.support.sim import LEASE, RENEW, STAGGER, STATE, Cluster
 
 ROLE = "billing"
@@ -187,7 +187,7 @@ async def test_a_failing_renewal_observer_is_logged_and_the_tenure_goes_on(caplo
         raise TypeError("the observer's own bug")
 
     leadership.on_renewed = observer
-    with caplog.at_level(logging.ERROR, logger="coordination.callbacks"):
+    with caplog.at_level(logging.ERROR, logger="krabka.runtime.callbacks"):
         await cluster.advance(RENEW * 3)
     assert leadership.state is TenureState.LEADING
     assert "the renewal observer failed" in caplog.text

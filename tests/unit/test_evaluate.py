@@ -3,8 +3,8 @@ the token check, the order)."""
 
 import pytest
 
-from coordination import NO_EPOCH, FencingToken, Step, build_role_state, evaluate
-from coordination.evaluate import stagger_ms
+from krabka import NO_EPOCH, FencingToken, Step, build_role_state, evaluate
+from krabka.rules.evaluate import stagger_ms
 from tests.support.logs import Log
 
 T1 = FencingToken(1000, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencingToken,
     GuardedTransaction,
     LeaderRunner,
@@ -17,7 +17,7 @@ from coordination import (
     describe_leadership,
     describe_role_state,
 )
-from coordination.memory import _MemoryTransaction
+from krabka.testing.memory import _MemoryTransaction
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, lead
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     Elected,
     FencingToken,
     Joined,

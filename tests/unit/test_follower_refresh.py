@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     ManualClock,
     MemoryBroker,
@@ -23,9 +23,9 @@ from coordination import (
     encode_registration,
     registration_key,
 )
-from coordination.follower import PartitionFollower
-from coordination.records import role_of
-from coordination.transport import PartitionTail
+from krabka.follower import PartitionFollower
+from krabka.format.records import role_of
+from krabka.transport import PartitionTail
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.support.state_logs import partitions
 

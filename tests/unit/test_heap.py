@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from coordination import ManualClock
-from coordination.heap import (
+from krabka import ManualClock
+from krabka.scale.heap import (
     OLDEST_THRESHOLD,
     HeapSettler,
     HeapState,

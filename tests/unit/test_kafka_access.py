@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordination.errors import CoordinationError, TransportError
-from coordination.kafka.access import CLUSTER, AccessDeniedError, Acl, member_acls
+from krabka.errors import CoordinationError, TransportError
+from krabka.kafka.access import CLUSTER, AccessDeniedError, Acl, member_acls
 
 
 def test_an_acl_reads_as_docs_guarantees_writes_it():

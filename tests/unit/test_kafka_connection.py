@@ -8,8 +8,8 @@ import ssl
 
 import pytest
 
-from coordination import ConfigurationError
-from coordination.kafka import Connection, KafkaTransport
+from krabka import ConfigurationError
+from krabka.kafka import Connection, KafkaTransport
 
 
 def test_without_settings_it_is_a_plaintext_connection_to_the_local_broker():

@@ -2,8 +2,8 @@
 
 from aiokafka import AIOKafkaProducer
 
-from coordination.kafka.options import ClientOptions
-from coordination.kafka.transport import ROLE_PRODUCER_DEFAULTS
+from krabka.kafka.options import ClientOptions
+from krabka.kafka.transport import ROLE_PRODUCER_DEFAULTS
 
 
 def test_role_producers_retry_concurrent_transactions_after_20_ms_by_default():

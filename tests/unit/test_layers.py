@@ -1,9 +1,9 @@
 """The library's layers, read from its source with `ast`.
 
-`coordination` is a library other programs depend on: it imports no Faust (nor
+`krabka` is a library other programs depend on: it imports no Faust (nor
 ``mode``, Faust's service framework, nor ``rocksdict``, the worker's table
 store) and none of this repository's worker packages, and only the Kafka
-adapter, `coordination.kafka`, imports aiokafka. Every import statement counts,
+adapter, `krabka.kafka`, imports aiokafka. Every import statement counts,
 also one inside a function or under ``TYPE_CHECKING``.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY = ROOT / "coordination"
+LIBRARY = ROOT / "krabka"
 ADAPTER = LIBRARY / "kafka"
 
 WORKER_DEPENDENCIES = frozenset({"faust", "mode", "rocksdict"})
@@ -83,13 +83,13 @@ def test_the_kafka_adapter_is_where_aiokafka_is_imported():
 
 def test_relative_imports_count_as_the_modules_they_name():
     source = "from . import a\nfrom ..b import c\nfrom .d import e\nimport f.g\n"
-    assert imported_modules(source, "coordination.kafka") == {
-        "coordination.kafka", "coordination.b", "coordination.kafka.d", "f.g"}
+    assert imported_modules(source, "krabka.kafka") == {
+        "krabka.kafka", "krabka.b", "krabka.kafka.d", "f.g"}
 
 
 def test_importing_the_library_and_its_adapter_loads_no_worker_module():
     probe = (
-        "import sys, coordination, coordination.kafka; "
+        "import sys, krabka, krabka.kafka; "
         f"banned = {sorted(WORKER_DEPENDENCIES | WORKER_PACKAGES)!r}; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in banned))"
     )

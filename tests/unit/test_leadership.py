@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     EpochLostError,
     FencedError,

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencedError,
     Lease,
     ManualClock,
@@ -24,7 +24,7 @@ from coordination import (
     encode_lease,
     lease_key,
 )
-from coordination.guarded import commit_lease
+from krabka.guarded import commit_lease
 from tests.support.loop import run_ready_callbacks
 
 STATE = "__coordination_state"

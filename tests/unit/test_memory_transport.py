@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     FencedError,
     FencingToken,
@@ -22,8 +22,8 @@ from coordination import (
     encode_lease,
     lease_key,
 )
-from coordination.memory import MAX_EPOCH
-from coordination.transport import TopicCheck
+from krabka.testing.memory import MAX_EPOCH
+from krabka.transport import TopicCheck
 from tests.support.lease_io import write_lease
 
 STATE = STATE_TOPIC

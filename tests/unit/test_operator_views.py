@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     ManualClock,
     MemoryBroker,
@@ -24,8 +24,8 @@ from coordination import (
     registration_key,
     role_partition,
 )
-from coordination.events import LeadershipEvent
-from coordination.watch import watch_events
+from krabka.observe.events import LeadershipEvent
+from krabka.observe.watch import watch_events
 from tests.support.polling import eventually
 
 PARTITIONS = 4

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coordination import murmur2, role_partition, to_positive
+from krabka import murmur2, role_partition, to_positive
 
 
 @pytest.mark.parametrize(

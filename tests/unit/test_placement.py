@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencingToken,
     LeadershipOptions,
     Lease,
@@ -25,7 +25,7 @@ from coordination import (
     evaluate,
     rendezvous_weight,
 )
-from coordination.evaluate import challengers, ordered_challengers, out_of_order_slot
+from krabka.rules.evaluate import challengers, ordered_challengers, out_of_order_slot
 from tests.support.logs import Log
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "placement.json")

@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     LeadershipOptions,
     describe_role_state,
 )
-from coordination.evaluate import challengers
+from krabka.rules.evaluate import challengers
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash
 
 ROLES = [f"role-{i:03d}" for i in range(300)]
@@ -191,7 +191,7 @@ async def test_a_role_whose_members_mix_policies_is_reported_by_the_member_it_wr
     by_registration = cluster.candidate("worker-2", placement="registration")
     by_hash = cluster.candidate("worker-3", placement="balanced")
     await cluster.settle()
-    caplog.set_level(logging.WARNING, "coordination.leadership")
+    caplog.set_level(logging.WARNING, "krabka.leadership")
     crash(first.result())
     # Both take their first slot at the deadline; the broker lets one win.
     await cluster.until(lambda: by_registration.done() or by_hash.done(), within=LEASE + 1)
@@ -230,7 +230,7 @@ async def test_a_member_that_stands_after_a_mix_is_not_warned_of_it_again(caplog
     crash(first.result())
     await cluster.until(lambda: by_registration.done() or by_hash.done(), within=LEASE + 1)
     loser_policy = "registration" if by_hash.done() else "balanced"
-    caplog.set_level(logging.WARNING, "coordination.leadership")
+    caplog.set_level(logging.WARNING, "krabka.leadership")
     caplog.clear()
     late = cluster.candidate("worker-5", placement=loser_policy)
     await cluster.advance(RENEW * 2)

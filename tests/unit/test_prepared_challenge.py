@@ -1,14 +1,14 @@
 """The standby first in line has its transport get its challenge ready.
 
 `Transport.prepare_epoch` mints nothing (on Kafka it connects the role's
-producer ahead of InitProducerId, `coordination.kafka.prepared`); these tests
+producer ahead of InitProducerId, `krabka.kafka.producer.prepared`); these tests
 pin down who asks for it and when it is given up, on the in-process model.
 """
 
 from collections.abc import Collection
 
-from coordination import FencingToken, MemoryTransport, describe_leadership
-from coordination.evaluate import rendezvous_weight
+from krabka import FencingToken, MemoryTransport, describe_leadership
+from krabka.rules.evaluate import rendezvous_weight
 from tests.support.sim import LEASE, STAGGER, Cluster, lead
 
 

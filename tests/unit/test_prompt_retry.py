@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from aiokafka.structs import TopicPartition
 
-from coordination.kafka import KafkaTransport
-from coordination.kafka.coordinators import TransactionCoordinators
-from coordination.kafka.options import ClientOptions
-from coordination.kafka.protocol import (
+from krabka.kafka import KafkaTransport
+from krabka.kafka.options import ClientOptions
+from krabka.kafka.producer.coordinators import TransactionCoordinators
+from krabka.kafka.protocol.messages import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
     InitProducerIdResponse_v3,

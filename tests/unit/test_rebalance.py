@@ -9,16 +9,16 @@ from __future__ import annotations
 import asyncio
 from itertools import pairwise
 
-from coordination import (
+from krabka import (
     LeadershipOptions,
     Lease,
     RoleState,
     RosterEntry,
 )
-from coordination.clock import ManualClock
-from coordination.evaluate import ordered_challengers
-from coordination.rebalance import LANDING_POLL, Rebalancer, plan
-from coordination.runner import RunnerState
+from krabka.clock import ManualClock
+from krabka.rules.evaluate import ordered_challengers
+from krabka.runner import RunnerState
+from krabka.scale.rebalance import LANDING_POLL, Rebalancer, plan
 from tests.support.loop import run_ready_callbacks
 from tests.support.rebalancing import Group, vacancies
 from tests.support.sim import STAGGER, Cluster

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordination import Lease, RoleState, RosterEntry
-from coordination.evaluate import ordered_challengers
-from coordination.rebalance import plan
+from krabka import Lease, RoleState, RosterEntry
+from krabka.rules.evaluate import ordered_challengers
+from krabka.scale.rebalance import plan
 
 NOW = 1_000_000
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordination import encode_key, encode_lease
-from coordination.records import Lease, lease_key, registration_key
+from krabka import encode_key, encode_lease
+from krabka.format.records import Lease, lease_key, registration_key
 from tests.support.rebalancing import long_vacancies, replaced_without_resignation, role_history
 
 

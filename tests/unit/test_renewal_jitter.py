@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from coordination.tenure import RENEW_JITTER, renewal_delay_ms
+from krabka.tenure import RENEW_JITTER, renewal_delay_ms
 from tests.support.sim import Cluster, quiesce
 
 ROLES = 100

@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from coordination import (
+from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
@@ -31,7 +31,7 @@ from coordination import (
     describe_leadership,
     describe_role_state,
 )
-from coordination.runner import backoff_delay
+from krabka.runner import backoff_delay
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"
@@ -171,7 +171,7 @@ async def test_an_observer_whose_every_method_raises_changes_nothing_the_runner_
     copies = Copies(cluster)
     lead = runner(cluster, copies.function, observer)
     lead.start()
-    with caplog.at_level(logging.ERROR, logger="coordination.callbacks"):
+    with caplog.at_level(logging.ERROR, logger="krabka.runtime.callbacks"):
         await cluster.until(lambda: copies.running == 1, within=2)
         assert lead.leading
         assert "the observer's elected failed" in caplog.text
@@ -216,7 +216,7 @@ async def test_an_admission_that_raises_on_the_first_lease_still_hands_the_tenur
             raise ValueError("a gauge of the wrong type")
 
     cluster = Cluster()
-    with caplog.at_level(logging.ERROR, logger="coordination.callbacks"):
+    with caplog.at_level(logging.ERROR, logger="krabka.runtime.callbacks"):
         leadership = await acquire_leadership(cluster.transport(), ROLE, "a", options=OPTIONS,
                                               clock=cluster.clock, admission=Broken())
         await cluster.advance(RENEW * 2)
@@ -265,7 +265,7 @@ async def test_a_function_that_ignores_its_cancellation_is_never_joined_by_a_sec
     lead = runner(cluster, copies.function, observer)
     lead.start()
     await cluster.until(lambda: copies.running == 1, within=2)
-    with caplog.at_level(logging.ERROR, logger="coordination.runner"):
+    with caplog.at_level(logging.ERROR, logger="krabka.runner"):
         lead.step_down()
         await cluster.until(lambda: lead.state is RunnerState.AWAITING_FUNCTION,
                             within=2 * STOP_TIMEOUT + 1)
@@ -297,7 +297,7 @@ async def test_a_runner_stopped_while_its_function_ignores_cancellation_ends_and
     await cluster.stop_runners(lead, within=3 * STOP_TIMEOUT)
     assert lead.state is RunnerState.STOPPED
     assert lead.running
-    with caplog.at_level(logging.WARNING, logger="coordination.runner"):
+    with caplog.at_level(logging.WARNING, logger="krabka.runner"):
         copies.release.set()
         await cluster.settle()
     assert not lead.running

@@ -17,7 +17,7 @@ from aiokafka.client import CoordinationType
 from aiokafka.protocol.metadata import MetadataResponse_v1
 from aiokafka.structs import TopicPartition
 
-from coordination.kafka.seeded import Seed, SharedMetadata, start_seeded
+from krabka.kafka.producer.seeded import Seed, SharedMetadata, start_seeded
 from tests.support.loop import run_ready_callbacks
 
 TOPIC = "state"

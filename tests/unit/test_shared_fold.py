@@ -10,7 +10,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     ManualClock,
     MemoryBroker,
@@ -22,8 +22,8 @@ from coordination import (
     encode_registration,
     registration_key,
 )
-from coordination.follower import PartitionFollower
-from coordination.shared_fold import lease_length_ms
+from krabka.follower import PartitionFollower
+from krabka.shared_fold import lease_length_ms
 from tests.support.sim import LEASE
 from tests.support.state_logs import partitions
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordination.kafka.single_flight import SingleFlight
+from krabka.kafka.single_flight import SingleFlight
 from tests.support.loop import run_ready_callbacks
 
 

@@ -1,8 +1,8 @@
 """build_role_state: the roster, the holder, the tenure and the skip-and-count rules."""
 
-from coordination import FencingToken, Registration, build_role_state, encode_registration
-from coordination.fold import RoleFold
-from coordination.records import encode_key, lease_key, registration_key
+from krabka import FencingToken, Registration, build_role_state, encode_registration
+from krabka.format.records import encode_key, lease_key, registration_key
+from krabka.rules.fold import RoleFold
 from tests.support.logs import Log
 
 T1 = FencingToken(1000, 0)

@@ -15,7 +15,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     FencedError,
     InvalidStateError,
     Kind,

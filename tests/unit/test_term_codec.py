@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordination import (
+from krabka import (
     Barrier,
     Claim,
     FormatError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordination import (
+from krabka import (
     NO_EPOCH,
     TERM_HEADER,
     Claim,
@@ -32,7 +32,7 @@ from coordination import (
     partition_highest_terms,
     role_partition,
 )
-from coordination.term_records import TermStamp
+from krabka.format.terms import TermStamp
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.unit.test_term_leadership import TERM, lead
 

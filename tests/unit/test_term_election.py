@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordination import FencingToken, build_role_state
-from coordination.evaluate import challenger_index
-from coordination.term_election import TermStep, deposed, evaluate_term
-from coordination.term_fold import build_term_view
+from krabka import FencingToken, build_role_state
+from krabka.rules.evaluate import challenger_index
+from krabka.term.election import TermStep, deposed, evaluate_term
+from krabka.term.fold import build_term_view
 from tests.support.logs import Log
 from tests.support.term_logs import TermLog
 

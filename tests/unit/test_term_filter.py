@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordination import TERM_HEADER, FormatError, TermFilter
+from krabka import TERM_HEADER, FormatError, TermFilter
 from tests.support.stamped import UNSTAMPED, barrier, data
 
 T, P = "orders", 0

@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordination import Record, TermKind, claim_key, decode_term_key, encode_term_key
-from coordination.term_compaction import settled_claims
-from coordination.term_fold import TermClaim, TermFold, build_term_view
-from coordination.term_records import barrier_key
+from krabka import Record, TermKind, claim_key, decode_term_key, encode_term_key
+from krabka.format.terms import barrier_key
+from krabka.term.compaction import settled_claims
+from krabka.term.fold import TermClaim, TermFold, build_term_view
 from tests.support.term_logs import TermLog, compacted
 
 

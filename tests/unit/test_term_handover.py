@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from coordination import (
+from krabka import (
     TERMS_TOPIC,
     LeaderRunner,
     Leadership,
@@ -32,8 +32,8 @@ from coordination import (
     decode_term_header,
     role_partition,
 )
-from coordination.term_fold import build_term_view
-from coordination.term_records import TERM_HEADER, TermKind, decode_heartbeat, decode_term_key
+from krabka.format.terms import TERM_HEADER, TermKind, decode_heartbeat, decode_term_key
+from krabka.term.fold import build_term_view
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"
@@ -300,7 +300,7 @@ async def test_a_runner_handed_a_win_already_past_its_fence_deadline_reports_no_
     """However the campaign's answer reaches the runner late, a tenure that is
     over is handed back unreported, and the runner campaigns again."""
     cluster = term_cluster()
-    import coordination.runner as runner_module
+    import krabka.runner as runner_module
     real_acquire = runner_module.acquire_leadership
     late = [True]
 

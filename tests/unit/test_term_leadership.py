@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from coordination import (
+from krabka import (
     TERMS_TOPIC,
     CompactedOutputError,
     FencedError,
@@ -31,10 +31,10 @@ from coordination import (
     encode_term_key,
     role_partition,
 )
-from coordination.output_policy import compacts
-from coordination.term_fold import build_term_view
-from coordination.term_follower import TermFollower
-from coordination.term_records import TERM_HEADER, Claim
+from krabka.format.terms import TERM_HEADER, Claim
+from krabka.term.fold import build_term_view
+from krabka.term.follower import TermFollower
+from krabka.term.outputs import compacts
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash
 
 TERM = {"fencing": "term", "outputs": ("out",)}
@@ -374,7 +374,7 @@ async def test_a_terms_tail_that_fails_once_says_so_once_and_reads_on(caplog):
     leader = await lead(cluster, "a", transport=control)
     await cluster.settle()
     control.fail_next = TransportError("the fetch failed")
-    with caplog.at_level(logging.WARNING, logger="coordination.leadership"):
+    with caplog.at_level(logging.WARNING, logger="krabka.leadership"):
         await claim_term(cluster, "z", 2)  # the read that holds it fails
         claimed = cluster.clock.monotonic_ms()
         await cluster.until(leader.done.done, within=LEASE)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from aiokafka import TopicPartition
 
-from coordination import TermFilter
-from coordination.kafka import (
+from krabka import TermFilter
+from krabka.kafka import (
     OFFSET_METADATA_MAX_BYTES,
     MarksTooLargeError,
     commit_marks,

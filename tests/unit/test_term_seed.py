@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordination import (
+from krabka import (
     TERMS_TOPIC,
     Claim,
     MemoryBroker,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordination import (
+from krabka import (
     Barrier,
     Claim,
     FormatError,

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     MemoryTransport,
     StateTopicError,
     TermElected,
@@ -18,8 +18,8 @@ from coordination import (
     role_partition,
     watch_term_events,
 )
-from coordination.events import LeadershipEvent, describe, term_change_event
-from coordination.term_fold import TermClaim, TermFold
+from krabka.observe.events import LeadershipEvent, describe, term_change_event
+from krabka.term.fold import TermClaim, TermFold
 from tests.support.sim import LEASE, Cluster, crash
 from tests.support.term_logs import TermLog
 from tests.unit.test_term_leadership import TERM, lead

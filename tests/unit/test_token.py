@@ -1,6 +1,6 @@
 """Fencing tokens: ordering for display, equality for authority."""
 
-from coordination import NO_EPOCH, FencingToken, LeadershipStatus
+from krabka import NO_EPOCH, FencingToken, LeadershipStatus
 
 
 def test_tokens_order_by_producer_id_first():

@@ -11,10 +11,10 @@ import logging
 
 import pytest
 
-from coordination import StateTopicError
-from coordination.kafka.admin import TopicChecker
-from coordination.kafka.options import ClientOptions
-from coordination.topic_policy import StateTopicPolicy, TopicCheck, TopicFacts
+from krabka import StateTopicError
+from krabka.kafka.admin import TopicChecker
+from krabka.kafka.options import ClientOptions
+from krabka.topic_policy import StateTopicPolicy, TopicCheck, TopicFacts
 
 WELL_SET = TopicFacts("state", "k:9092", exists=True, partitions=4, cleanup_policy="compact",
                       replication=3, min_insync_replicas=2, segment_ms=60_000,
@@ -22,7 +22,7 @@ WELL_SET = TopicFacts("state", "k:9092", exists=True, partitions=4, cleanup_poli
 
 
 def policy_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "coordination.topic"]
+    return [r.getMessage() for r in caplog.records if r.name == "krabka.topic"]
 
 
 def with_(**changes: object) -> TopicFacts:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-import coordination
-from coordination import (
+import krabka
+from krabka import (
     FormatError,
     Key,
     Lease,
@@ -157,14 +157,14 @@ def records_with(tombstone: dict[str, Any], *values: bytes | None) -> list[Any]:
     """Records at offsets 0, 1, ... under the tombstone's key, carrying `values`."""
     key = bytes.fromhex(VALID_BY_NAME[tombstone["key"]]["hex"])
     return [
-        coordination.Record(offset, key, value, 1_700_000_000_000 + offset)
+        krabka.Record(offset, key, value, 1_700_000_000_000 + offset)
         for offset, value in enumerate(values)
     ]
 
 
 def role_state(tombstone: dict[str, Any], *values: bytes | None) -> Any:
     role = VALID_BY_NAME[tombstone["key"]]["fields"]["role"]
-    return coordination.build_role_state(role, records_with(tombstone, *values))
+    return krabka.build_role_state(role, records_with(tombstone, *values))
 
 
 def is_in_effect(tombstone: dict[str, Any], state: Any) -> bool:

@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from coordination import (
+from krabka import (
     STATE_TOPIC,
     Elected,
     FormatError,

@@ -1,0 +1,1 @@
+"""The operator CLI, ``krabka`` (also ``python -m krabka``)."""

@@ -1,0 +1,1 @@
+"""Kafka protocol messages aiokafka lacks, written with aiokafka's own classes."""

@@ -1,0 +1,3 @@
+"""Doubles for tests, like ``trio.testing``: `MemoryBroker`/`MemoryTransport`
+model the Kafka rules the protocol relies on; `ManualClock` drives time. The
+library itself never imports this package."""
