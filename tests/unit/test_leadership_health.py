@@ -115,6 +115,35 @@ async def test_a_leader_cut_off_is_healthy_throughout_at_a_tolerance_of_the_leas
         await cluster.stop_runners(runner)
 
 
+async def test_a_leader_whose_tenure_ended_is_healthy_while_it_hands_the_role_over(options):
+    cluster = Cluster()
+    transport = HangingRenewals(cluster.broker)
+
+    async def slow_to_stop(_leadership: Leadership) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            clock = cluster.clock
+            await clock.sleep_until_monotonic(clock.monotonic_ms() + 500)
+
+    runner = LeaderRunner(transport, ROLE, "a", slow_to_stop, options=options,
+                          clock=cluster.clock, stop_timeout=1.0)
+    health = LeadershipHealth([runner], tolerance=TOLERANCE)
+    runner.start()
+    try:
+        await cluster.until(lambda: runner.running, within=LEASE)
+        transport.block()
+        await cluster.until(lambda: not health.check().healthy, within=LEASE)
+        await cluster.until(lambda: runner.state is not RunnerState.LEADING, within=LEASE)
+        assert runner.state is RunnerState.HANDING_OVER  # the function takes 0.5 s to stop
+        assert runner.leadership is not None
+        assert runner.leadership.renewal_overdue() > TOLERANCE
+        assert health.check().healthy
+    finally:
+        transport.resume()
+        await cluster.stop_runners(runner)
+
+
 async def test_a_runner_that_does_not_lead_is_healthy_idle_standing_by_and_stopped(options):
     cluster = Cluster()
     leader = LeaderRunner(cluster.transport(), ROLE, "a", idle, options=options,
