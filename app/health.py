@@ -8,7 +8,9 @@ every probe interval, and `app.readiness.ClusterWatch` keeps the answer.
 `snapshot` gathers the rest at the instant ``GET /ready`` is asked;
 `app.readiness.assess` decides (`verdict`). `fold_lag` and `verdict` are also
 the sources of the ``coordination_fold_lag_offsets`` and
-``coordination_ready`` gauges (`app.metrics`).
+``coordination_ready`` gauges (`app.metrics`). `liveness` answers ``GET
+/health``: whether every role this worker leads renews within the health
+tolerance.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from faust.types import TP
 
 from app.context import Context
 from app.readiness import Snapshot, Verdict, assess, fold_lag_of
+from krabka.health import HealthReport, LeadershipHealth
 
-__all__ = ["busy", "fold_lag", "keep_probing", "probe", "snapshot", "verdict"]
+__all__ = ["busy", "fold_lag", "keep_probing", "liveness", "probe", "snapshot", "verdict"]
 
 log = logging.getLogger("app.health")
 
@@ -148,3 +151,10 @@ def snapshot(ctx: Context) -> Snapshot:
 def verdict(ctx: Context) -> Verdict:
     """Whether this worker is ready now, and why not (``GET /ready``)."""
     return assess(snapshot(ctx), ctx.readiness)
+
+
+def liveness(ctx: Context) -> HealthReport:
+    """Whether every role this worker leads renews within
+    `Settings.liveness_tolerance` of its due instant (``GET /health``)."""
+    return LeadershipHealth(ctx.runners.values(),
+                            tolerance=ctx.settings.liveness_tolerance).check()

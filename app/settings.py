@@ -12,6 +12,7 @@ distinct members and a StatefulSet pod keeps its id across restarts.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import socket
@@ -52,7 +53,7 @@ def _text(name: str, raw: str) -> str:
 
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "str": _text, "str | None": _text, "int": _int, "float": _float,
+    "str": _text, "str | None": _text, "int": _int, "float": _float, "float | None": _float,
     "Path | None": lambda name, raw: Path(raw),
 }
 """How a variable's text becomes a field of each annotated type."""
@@ -85,6 +86,7 @@ VARIABLES: Mapping[str, str] = {
     "ready_cluster_timeout": "COORDINATION_READY_CLUSTER_TIMEOUT",
     "ready_max_fold_lag": "COORDINATION_READY_MAX_FOLD_LAG",
     "ready_max_busy": "COORDINATION_READY_MAX_BUSY",
+    "health_tolerance": "COORDINATION_HEALTH_TOLERANCE",
     "log_format": "COORDINATION_LOG_FORMAT",
     "demo": "COORDINATION_DEMO",
     "roles_modules": "COORDINATION_ROLES_MODULES",
@@ -164,6 +166,9 @@ class Settings:
     ready_cluster_timeout: float = 10.0
     ready_max_fold_lag: int = 1000
     ready_max_busy: float = 60.0
+    health_tolerance: float | None = None
+    """Seconds a role this worker leads may be overdue for its renewal before
+    ``GET /health`` fails (None: the lease duration; `liveness_tolerance`)."""
     log_format: str = "text"
     demo: bool = False
     roles_modules: str = ""
@@ -215,6 +220,10 @@ class Settings:
                 f"positive and below COORDINATION_READY_CLUSTER_TIMEOUT "
                 f"({self.ready_cluster_timeout} s), or a healthy worker turns unready "
                 "between two probes")
+        if self.health_tolerance is not None and not (
+                math.isfinite(self.health_tolerance) and self.health_tolerance > 0):
+            raise ValueError(f"COORDINATION_HEALTH_TOLERANCE={self.health_tolerance} is not a "
+                             "positive number of seconds; leave it unset for the lease duration")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -261,6 +270,21 @@ class Settings:
             # holder writes none there (its claims are on the terms topic).
             return "term mode (COORDINATION_FENCING=term) has no leases to count holders by"
         return None
+
+    @property
+    def liveness_tolerance(self) -> float:
+        """Seconds past its due instant a leading role's renewal may be overdue
+        before ``GET /health`` fails (`krabka.health.LeadershipHealth`).
+
+        By default the lease duration: longer than any tenure whose renewals
+        fail can last past its renewal's due instant before its fence deadline
+        ends it, so only a runner that still believes it leads after that (a
+        wedged one) fails liveness, and a worker merely cut off from the
+        cluster, which a restart would not help, never does.
+        """
+        if self.health_tolerance is not None:
+            return self.health_tolerance
+        return self.lease_duration
 
     @property
     def role_modules(self) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ The JSON shapes are in docs/app.md#web-view.
     GET /rebalance/                   the rebalancing plans and handovers, gathered from
                                       every worker (``scope=local``: this worker's)
     GET /metrics                      this worker's Prometheus metrics
-    GET /health                       liveness: member id, connected, roles (always 200)
+    GET /health                       liveness: 200, or 503 while a role this worker leads
+                                      is overdue for its renewal past the health tolerance
+                                      (app.health.liveness); member id, connected, roles
     GET /ready                        readiness: 200 or 503, with the reasons (app.readiness)
     GET /                             the HTML dashboard
 
@@ -37,7 +39,7 @@ from agents.fold.partition_value import partition_key
 from agents.peers import Unreachable, fetch_json
 from agents.rebalancing import rebalance_json
 from app.context import Context
-from app.health import verdict
+from app.health import liveness, verdict
 from app.web.dashboard import DASHBOARD_HTML
 from app.web.event_stream import stream_events
 from app.web.role_view import detail, merged_state, row, skips_of_values
@@ -344,10 +346,16 @@ class Views:
         return web.json_response(body, status=200 if answer.ready else 503)
 
     async def health(self, request: web.Request) -> web.Response:
-        """Liveness: answering at all shows the event loop turns. Then this
-        worker's member id, connection and roles, cheaply (no request to anyone)."""
+        """Liveness: answering at all shows the event loop turns, and a 200 that
+        every role this worker leads renews within the health tolerance (a 503
+        names each that does not). Then this worker's member id, connection and
+        roles, cheaply (no request to anyone)."""
+        report = liveness(self.ctx)
         return web.json_response({
             "member": self.ctx.member,
+            "healthy": report.healthy,
+            "reasons": list(report.reasons),
+            "health_tolerance": report.tolerance,
             "connected": self.ctx.transport is not None,
             "roles": {
                 name: {"leading": runner.leading, "running": runner.running,
@@ -359,7 +367,7 @@ class Views:
                        else runner.leadership.fence_deadline}
                 for name, runner in sorted(self.ctx.runners.items())
             },
-        })
+        }, status=200 if report.healthy else 503)
 
     async def dashboard(self, request: web.Request) -> web.Response:
         """The HTML dashboard (it reads /roles/ once, then follows /events/)."""
