@@ -4,36 +4,33 @@ Readers of a term-mode leader's outputs keep a `TermFilter`'s marks with
 their committed offsets through `commit_marks` and `resume`
 (`krabka.kafka.consumer.term_offsets`).
 
-Imports aiokafka (and registers broker codes 90 and 105 with it, see
-`krabka.kafka.protocol.messages`); the core library does not need it. Importing
-it refuses an aiokafka version outside the tested range, unless
-``COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1`` (see `krabka.kafka.aiokafka_internals`).
+Imports aiokafka; the core library does not need it. A `KafkaTransport`
+registers broker codes 90 and 105 with aiokafka when it is created (see
+`krabka.kafka.protocol.messages`). Importing the adapter refuses an aiokafka
+version outside the tested range, unless ``COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1``
+(see `krabka.kafka.aiokafka_internals`, which checks it before it imports
+aiokafka's private modules).
 """
 
-import aiokafka  # type: ignore[import-untyped, unused-ignore]
-
-from krabka.kafka.aiokafka_internals import AIOKAFKA
-
-# Before any module of the adapter touches aiokafka's internals.
-AIOKAFKA.require(aiokafka.__version__)
-
-from krabka.defaults import STATE_TOPIC  # noqa: E402
-from krabka.kafka.access import AccessDeniedError, Acl, check_access, member_acls  # noqa: E402
-from krabka.kafka.connection import Connection  # noqa: E402
-from krabka.kafka.consumer.term_offsets import (  # noqa: E402
+# First: the version check, before any module of the adapter imports aiokafka's internals.
+import krabka.kafka.aiokafka_internals  # noqa: F401
+from krabka.defaults import STATE_TOPIC
+from krabka.kafka.access import AccessDeniedError, Acl, check_access, member_acls
+from krabka.kafka.connection import Connection
+from krabka.kafka.consumer.term_offsets import (
     OFFSET_METADATA_MAX_BYTES,
     Resumed,
     commit_marks,
     marks_metadata,
     resume,
 )
-from krabka.kafka.errors import (  # noqa: E402
+from krabka.kafka.errors import (
     KafkaTransportError,
     KafkaUnavailableError,
     MarksTooLargeError,
     ProducerFatalError,
 )
-from krabka.kafka.transport import KafkaTransport  # noqa: E402
+from krabka.kafka.transport import KafkaTransport
 
 __all__ = [
     "OFFSET_METADATA_MAX_BYTES",

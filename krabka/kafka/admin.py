@@ -29,6 +29,7 @@ from aiokafka.protocol.metadata import (  # type: ignore[import-untyped, unused-
     MetadataRequest,
 )
 
+from krabka.kafka.aiokafka_internals import admin_network_client, admin_send
 from krabka.kafka.errors import KafkaTransportError, KafkaUnavailableError
 from krabka.kafka.lifecycle import guard_bootstrap, start_bounded, stop_admin
 from krabka.kafka.options import ClientOptions
@@ -109,7 +110,7 @@ class TopicChecker:
         async with self._admin_lock:
             if self._admin is None:
                 admin = AIOKafkaAdminClient(**self._options.admin())
-                guard_bootstrap(admin._client)
+                guard_bootstrap(admin_network_client(admin))
                 try:
                     await start_bounded(admin.start(), self._timeout,
                                         "starting the admin client", self._servers)
@@ -194,8 +195,8 @@ class TopicChecker:
         give_up = time.monotonic() + MISSING_GRACE
         while True:
             # Auto-creation off: the check must never create the topic it checks.
-            metadata = (await admin._send_request(
-                MetadataRequest([name], allow_auto_topic_creation=False)
+            metadata = (await admin_send(
+                admin, MetadataRequest([name], allow_auto_topic_creation=False)
             )).to_object()
             (topic,) = metadata["topics"]
             if topic["error_code"] != UNKNOWN_TOPIC_OR_PARTITION:

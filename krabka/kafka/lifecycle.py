@@ -7,8 +7,8 @@ has already set ``_closed``, so a second ``stop()`` returns at once without
 closing the client: its tasks and sockets leak. So every start here is bounded
 and turned into a clear error, and every stop is bounded and, if it did not
 finish, completed by hand (sender or fetcher task, then the network client).
-The private attributes used are listed, and checked against the installed
-aiokafka, in `krabka.kafka.aiokafka_internals`.
+What a stop by hand reads and writes of aiokafka's internals is in
+`krabka.kafka.aiokafka_internals`.
 
 A client's ``bootstrap()`` is the one step a cancellation must not cut short:
 it holds its first connection in a local variable while it asks for the
@@ -30,6 +30,15 @@ from typing import Any
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
 
+from krabka.kafka.aiokafka_internals import (
+    admin_network_client,
+    close_consumer_by_hand,
+    close_producer_by_hand,
+    consumer_network_client,
+    fetch_task,
+    pending_fetch_tasks,
+    sender_task,
+)
 from krabka.kafka.errors import KafkaUnavailableError
 from krabka.runtime.cancellation import bounded, cancel_and_wait
 
@@ -139,14 +148,10 @@ async def stop_producer(producer: Any, limit: float = CLOSE_TIMEOUT) -> None:
         stopped = await _graceful(producer.stop(), limit, "a Kafka producer")
     finally:
         if not stopped:
-            producer._closed = True
             # Fail what is still queued, so nobody awaits a delivery forever.
             with contextlib.suppress(Exception):
-                producer._message_accumulator.fail_all(
-                    _errors.KafkaError("the producer was closed")
-                )
-            sender = producer._sender
-            await _wait_task(sender.sender_task if sender is not None else None, limit)
+                close_producer_by_hand(producer, _errors.KafkaError("the producer was closed"))
+            await _wait_task(sender_task(producer), limit)
             await _close_network(producer.client, limit)
 
 
@@ -157,13 +162,11 @@ async def stop_consumer(consumer: Any, limit: float = CLOSE_TIMEOUT) -> None:
         stopped = await _graceful(consumer.stop(), limit, "a Kafka consumer")
     finally:
         if not stopped:
-            consumer._closed = True
-            fetcher = consumer._fetcher
-            if fetcher is not None:
-                await _wait_task(fetcher._fetch_task, limit)
-                for task in list(fetcher._pending_tasks):
-                    await _wait_task(task, limit)
-            await _close_network(consumer._client, limit)
+            close_consumer_by_hand(consumer)
+            await _wait_task(fetch_task(consumer), limit)
+            for task in pending_fetch_tasks(consumer):
+                await _wait_task(task, limit)
+            await _close_network(consumer_network_client(consumer), limit)
 
 
 async def stop_admin(admin: Any, limit: float = CLOSE_TIMEOUT) -> None:
@@ -173,7 +176,7 @@ async def stop_admin(admin: Any, limit: float = CLOSE_TIMEOUT) -> None:
         stopped = await _graceful(admin.close(), limit, "a Kafka admin client")
     finally:
         if not stopped:
-            await _close_network(admin._client, limit)
+            await _close_network(admin_network_client(admin), limit)
 
 
 async def stop_client(client: Any, limit: float = CLOSE_TIMEOUT) -> None:

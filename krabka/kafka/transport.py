@@ -74,6 +74,7 @@ from krabka.errors import FencedError, InvalidStateError, StateTopicError
 from krabka.format.terms import term_role_of
 from krabka.format.token import NO_EPOCH, FencingToken
 from krabka.kafka.admin import TopicChecker
+from krabka.kafka.aiokafka_internals import consumer_network_client, sender_task
 from krabka.kafka.consumer.reader import PartitionReader
 from krabka.kafka.consumer.tail import KafkaTail, TailHub
 from krabka.kafka.errors import KafkaTransportError, KafkaUnavailableError
@@ -97,6 +98,7 @@ from krabka.kafka.protocol.messages import (
     NO_ERROR,
     TRANSACTIONAL_ID_NOT_FOUND,
     BrokerApiVersions,
+    register_error_codes,
 )
 from krabka.observe.status import LeadershipStatus
 from krabka.runtime.cancellation import bounded
@@ -168,6 +170,9 @@ class KafkaTransport:
     ) -> None:
         if not operation_timeout > 0:
             raise ValueError(f"operation_timeout must be positive, got {operation_timeout}")
+        # The first use of aiokafka by this transport: from here on its error
+        # table knows the codes a fence or a DescribeTransactions answers.
+        register_error_codes()
         self.topic = topic
         self.terms_topic = terms_topic
         self.servers = servers_text(bootstrap_servers)
@@ -600,7 +605,7 @@ class KafkaTransport:
             group_id=None, isolation_level="read_committed", enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms,
         ))
-        guard_bootstrap(consumer._client)
+        guard_bootstrap(consumer_network_client(consumer))
         try:
             await start_bounded(consumer.start(), self._timeout,
                                 "starting a read_committed consumer", self.servers)
@@ -612,7 +617,8 @@ class KafkaTransport:
     async def _plain_producer(self) -> Any:
         async with self._plain_lock:
             plain = self._plain
-            if plain is not None and plain._sender.sender_task.done():
+            task = sender_task(plain) if plain is not None else None
+            if task is not None and task.done():
                 # Its sender died (a fatal error): queued records would wait forever.
                 log.warning("the plain producer failed; starting a new one")
                 self._plain = None

@@ -8,7 +8,7 @@ three in one synchronous step, right after ``getmany`` returned, gives a
 consistent view: ``position >= last_stable_offset`` means every committed
 record below the stable offset has been consumed. ``consumer.position()`` is
 a coroutine that can wait for an offset reset, so the position is read from
-the subscription state directly (listed in `krabka.kafka.aiokafka_internals`).
+the subscription state directly (`krabka.kafka.aiokafka_internals.fetch_position`).
 
 `answers` tells a reader when the next Fetch response has been taken in.
 aiokafka's ``getmany`` wakes only for records: a fetch that shows a partition
@@ -22,16 +22,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from krabka.kafka.aiokafka_internals import fetch_position, on_fetch_response
+
 __all__ = ["answers", "marks", "position"]
 
 
 def position(consumer: Any, tp: Any) -> int | None:
     """The next offset `consumer` fetches in `tp`, or None while it is being reset."""
-    assignment = consumer._subscription.subscription.assignment
-    state = assignment.state_value(tp) if assignment is not None else None
-    if state is None or not state.has_valid_position:
-        return None
-    return int(state.position)
+    return fetch_position(consumer, tp)
 
 
 def marks(consumer: Any, tp: Any) -> tuple[int | None, int | None]:
@@ -48,17 +46,8 @@ def answers(consumer: Any) -> asyncio.Event:
     Clear it before draining with ``getmany(timeout_ms=0)``, then wait on it:
     a response taken in between sets it again, so none is missed. The consumer
     must be started (its fetcher exists); the hook wraps that one fetcher's
-    response handler (listed in `krabka.kafka.aiokafka_internals`).
+    response handler (`krabka.kafka.aiokafka_internals.on_fetch_response`).
     """
     event = asyncio.Event()
-    fetcher = consumer._fetcher
-    handle = fetcher._proc_fetch_request
-
-    async def handled(*args: Any) -> Any:
-        try:
-            return await handle(*args)
-        finally:
-            event.set()
-
-    fetcher._proc_fetch_request = handled
+    on_fetch_response(consumer, event.set)
     return event

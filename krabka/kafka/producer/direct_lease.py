@@ -41,19 +41,24 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from io import BytesIO
 from typing import Any, Final
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
-from aiokafka.client import CoordinationType  # type: ignore[import-untyped, unused-ignore]
-from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyped, unused-ignore]
-    TransactionState,
-)
-from aiokafka.record.default_records import (  # type: ignore[import-untyped, unused-ignore]
-    DefaultRecordBatchBuilder,
-)
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
+from krabka.kafka.aiokafka_internals import (
+    RawRequest,
+    add_transaction_partition,
+    complete_committed_transaction,
+    increment_sequence_number,
+    lease_record_batch,
+    mark_transaction_coordinator_dead,
+    producer_identity,
+    retry_backoff,
+    sequence_number,
+    transaction_coordinator,
+    transactional_id,
+)
 from krabka.kafka.producer.prompt_retry import RetrySchedule
 from krabka.kafka.protocol.messages import (
     CONCURRENT_TRANSACTIONS,
@@ -158,67 +163,15 @@ def read_end_txn(body: bytes) -> int:
     return int(code)
 
 
-class _Header:
-    __slots__ = ("_data",)
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def encode(self) -> bytes:
-        return self._data
+def _request_header(api_key: int, version: int, correlation_id: int, client_id: str) -> bytes:
+    return _HEADER.pack(api_key, version, correlation_id) + _string(client_id)
 
 
-class _ResponseHeader:
-    __slots__ = ("correlation_id",)
-
-    def __init__(self, correlation_id: int) -> None:
-        self.correlation_id = correlation_id
-
-
-class _Body:
-    """The response "type": the body's bytes, read by the caller."""
-
-    @staticmethod
-    def decode(data: BytesIO) -> bytes:
-        return data.read()
-
-
-class DirectRequest:
-    """A request already packed, in the shape aiokafka's connection sends.
-
-    ``AIOKafkaConnection.send`` asks a request to ``prepare`` itself for the
-    connection's negotiated versions, then for a header and a body, and later
-    asks it to read the response header and decode the body. A broker that
-    does not support the version gets ``IncompatibleBrokerVersion`` before
-    anything is written.
-    """
-
-    RESPONSE_TYPE = _Body
+class DirectRequest(RawRequest):
+    """A request of a lease write, packed here, its header request header v1."""
 
     def __init__(self, api: tuple[int, int], body: bytes) -> None:
-        self.api_key, self.version = api
-        self._body = body
-
-    def prepare(self, versions: dict[int, tuple[int, int]]) -> DirectRequest:
-        low, high = versions.get(self.api_key, (0, -1))
-        if not low <= self.version <= high:
-            raise _errors.IncompatibleBrokerVersion(
-                f"the broker does not support API {self.api_key} v{self.version}")
-        return self
-
-    def build_request_header(self, correlation_id: int, client_id: str) -> _Header:
-        return _Header(_HEADER.pack(self.api_key, self.version, correlation_id)
-                       + _string(client_id))
-
-    def encode(self) -> bytes:
-        return self._body
-
-    def parse_response_header(self, data: BytesIO) -> _ResponseHeader:
-        (correlation_id,) = _I32.unpack(data.read(4))
-        return _ResponseHeader(int(correlation_id))
-
-    def __repr__(self) -> str:
-        return f"DirectRequest(api={self.api_key}, version={self.version})"
+        super().__init__(api, body, _request_header)
 
 
 def _error(code: int) -> BaseException:
@@ -236,14 +189,12 @@ async def write(producer: Any, topic: str, partition: int, key: bytes,
     aiokafka's error for a fence or a refusal (the record is not written),
     `ProducerStateLost` when the producer cannot write again.
     """
-    manager = producer._txn_manager
-    sender = producer._sender
     client = producer.client
-    coordinator = sender._coordinators.get(CoordinationType.TRANSACTION)
+    coordinator = transaction_coordinator(producer)
     if coordinator is None:
         return None
-    txn_id = manager.transactional_id
-    producer_id, epoch = manager.producer_id, manager.producer_epoch
+    txn_id = transactional_id(producer)
+    producer_id, epoch = producer_identity(producer)
     tp = TopicPartition(topic, partition)
     request = DirectRequest(ADD_PARTITIONS_TO_TXN, add_partitions_to_txn_body(
         txn_id, producer_id, epoch, topic, partition))
@@ -260,36 +211,31 @@ async def write(producer: Any, topic: str, partition: int, key: bytes,
             break
         # The previous transaction's markers are still being written: asked
         # again as promptly as `krabka.kafka.producer.prompt_retry` asks.
-        await asyncio.sleep(schedule.next(producer._sender._retry_backoff))
+        await asyncio.sleep(schedule.next(retry_backoff(producer)))
     if code != NO_ERROR:
         return None
     # The manager's own way (maybe_add_partition_to_txn, then partition_added)
     # wakes the producer's sender for nothing to do: 5 % of a worker holding
     # 6 000 roles (docs/benchmarks.md).
-    manager.txn_partitions.add(tp)
+    add_transaction_partition(producer, tp)
     return await _produce(producer, tp, key, value, timeout_ms)
 
 
 async def _produce(producer: Any, tp: Any, key: bytes, value: bytes | None,
                    timeout_ms: int) -> int | None:
-    manager = producer._txn_manager
     client = producer.client
-    backoff = producer._sender._retry_backoff
-    sequence = manager.sequence_number(tp)
-    builder = DefaultRecordBatchBuilder(
-        2, 0, is_transactional=1, producer_id=manager.producer_id,
-        producer_epoch=manager.producer_epoch, base_sequence=sequence,
-        batch_size=0)
-    builder.append(0, timestamp=None, key=key, value=value, headers=[])
+    backoff = retry_backoff(producer)
+    producer_id, epoch = producer_identity(producer)
+    batch = lease_record_batch(producer_id, epoch, sequence_number(producer, tp), key, value)
     request = DirectRequest(PRODUCE, produce_body(
-        manager.transactional_id, timeout_ms, tp.topic, tp.partition, bytes(builder.build())))
-    manager.increment_sequence_number(tp, 1)
+        transactional_id(producer), timeout_ms, tp.topic, tp.partition, batch))
+    increment_sequence_number(producer, tp, 1)
     sent = False
     while True:
         leader = client.cluster.leader_for_partition(tp)
         if leader is None or leader < 0:
             if not sent:
-                manager.increment_sequence_number(tp, -1)
+                increment_sequence_number(producer, tp, -1)
                 return None
             await client.force_metadata_update()
             await asyncio.sleep(backoff)
@@ -299,7 +245,7 @@ async def _produce(producer: Any, tp: Any, key: bytes, value: bytes | None,
         except _errors.IncompatibleBrokerVersion:
             if sent:
                 raise
-            manager.increment_sequence_number(tp, -1)
+            increment_sequence_number(producer, tp, -1)
             return None
         except (_errors.KafkaError, OSError):
             # Perhaps written, perhaps not: only the same bytes may follow.
@@ -316,7 +262,7 @@ async def _produce(producer: Any, tp: Any, key: bytes, value: bytes | None,
         if code in _STATE_LOST:
             raise ProducerStateLost(error)
         if not getattr(error, "retriable", False):
-            manager.increment_sequence_number(tp, -1)  # refused: not written
+            increment_sequence_number(producer, tp, -1)  # refused: not written
             raise error
         if getattr(error, "invalid_metadata", False):
             await client.force_metadata_update()
@@ -330,27 +276,22 @@ async def commit(producer: Any) -> None:
     to aiokafka's producer, which retries it (a commit that already completed
     is answered with success).
     """
-    manager = producer._txn_manager
-    sender = producer._sender
-    coordinator = sender._coordinators.get(CoordinationType.TRANSACTION)
+    coordinator = transaction_coordinator(producer)
     code = None
     if coordinator is not None:
+        producer_id, epoch = producer_identity(producer)
         try:
             answer = await producer.client.send(coordinator, DirectRequest(
-                END_TXN, end_txn_body(manager.transactional_id, manager.producer_id,
-                                      manager.producer_epoch, True)))
+                END_TXN, end_txn_body(transactional_id(producer), producer_id, epoch, True)))
         except (_errors.KafkaError, OSError):
-            sender._coordinator_dead(CoordinationType.TRANSACTION)
+            mark_transaction_coordinator_dead(producer)
         else:
             code = read_end_txn(answer)
     if code in FENCE_ERROR_CODES:
         raise _error(code)
     if code in (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR):
-        sender._coordinator_dead(CoordinationType.TRANSACTION)
+        mark_transaction_coordinator_dead(producer)
     if code == NO_ERROR:
-        # committing_transaction() would wake the sender to send an EndTxn
-        # already answered; the transition alone does not.
-        manager._transition_to(TransactionState.COMMITTING_TRANSACTION)
-        manager.complete_transaction()
+        complete_committed_transaction(producer)
         return
     await producer.commit_transaction()

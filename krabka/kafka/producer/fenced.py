@@ -44,13 +44,20 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
-from aiokafka.producer.transaction_manager import (  # type: ignore[import-untyped, unused-ignore]
-    PidAndEpoch,
-    TransactionState,
-)
 
 from krabka.errors import FencedError, InvalidStateError
 from krabka.format.token import FencingToken
+from krabka.kafka.aiokafka_internals import (
+    TransactionState,
+    begin_transaction,
+    fatal_cause,
+    is_fatal,
+    move_to_epoch,
+    producer_identity,
+    transaction_state,
+    undelivered_futures,
+    wait_for_transaction_end,
+)
 from krabka.kafka.errors import (
     KafkaTransportError,
     KafkaUnavailableError,
@@ -84,8 +91,7 @@ class RoleProducer:
         self.producer = producer
         self.topic = topic
         self.timeout = timeout
-        manager = producer._txn_manager
-        self.token = FencingToken(int(manager.producer_id), int(manager.producer_epoch))
+        self.token = FencingToken(*producer_identity(producer))
         self.retired: BaseException | None = None
         self._on_retired = on_retired
         self._open: KafkaGuardedTransaction | None = None
@@ -98,7 +104,7 @@ class RoleProducer:
         if self._open is not None and not self._open.finished:
             raise InvalidStateError(f"{self.role}: a transaction is already open")
         await self._settle()
-        self.producer._txn_manager.begin_transaction()
+        begin_transaction(self.producer)
         self._open = KafkaGuardedTransaction(self)
         return self._open
 
@@ -110,7 +116,7 @@ class RoleProducer:
         await stop_producer(self.producer)
 
     def state(self) -> Any:
-        return self.producer._txn_manager.state
+        return transaction_state(self.producer)
 
     async def settle(self) -> None:
         """Bring the producer back to READY: no transaction of its own is open."""
@@ -124,18 +130,17 @@ class RoleProducer:
         aiokafka only learns a producer id and epoch from its own InitProducerId
         at start, and its public `set_pid_and_epoch` may run only once per
         producer, so the pair is replaced in the transaction manager directly
-        (private attributes, listed in `krabka.kafka.aiokafka_internals`). The
+        (`krabka.kafka.aiokafka_internals.move_to_epoch`). The
         producer is READY (`settle` ran before the bump), so no batch holds the
         old pair; sequence numbers restart at 0, as the broker expects of a new
         epoch.
         """
-        manager = self.producer._txn_manager
-        if manager.state != TransactionState.READY:
+        state = transaction_state(self.producer)
+        if state != TransactionState.READY:
             raise KafkaTransportError(
                 f"{self.role}: cannot move the producer of {self.token} to {token} in state "
-                f"{manager.state.name}")
-        manager._pid_and_epoch = PidAndEpoch(token.producer_id, token.producer_epoch)
-        manager._sequence_numbers.clear()
+                f"{state.name}")
+        move_to_epoch(self.producer, token.producer_id, token.producer_epoch)
         self.token = token
 
     async def call(self, work: Awaitable[T], what: str, *,
@@ -173,7 +178,7 @@ class RoleProducer:
             return await self.retire(FencedError(
                 f"{self.role}: {what} was fenced: {self.token} is superseded ({fence!r})"
             ))
-        if self.producer._txn_manager.is_fatal_error():
+        if is_fatal(self.producer):
             return await self._retire_fatal(what)
         if not is_outage(exc):
             return exc
@@ -255,16 +260,15 @@ class RoleProducer:
     async def _settle(self) -> None:
         """Bring the producer back to READY after an abandoned transaction."""
         await self.land()
-        manager = self.producer._txn_manager
         for _ in range(3):  # a pending end, then perhaps an abort after it failed
-            if manager.is_fatal_error():
+            if is_fatal(self.producer):
                 raise await self._retire_fatal("the producer")
-            state = manager.state
+            state = transaction_state(self.producer)
             if state == TransactionState.READY:
                 return
             if state in (TransactionState.COMMITTING_TRANSACTION,
                          TransactionState.ABORTING_TRANSACTION):
-                await self._quietly(asyncio.shield(manager.wait_for_transaction_end()),
+                await self._quietly(asyncio.shield(wait_for_transaction_end(self.producer)),
                                     "the previous transaction's end")
             elif state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
                 log.info("%s: aborting an abandoned transaction before the next", self.role)
@@ -274,7 +278,7 @@ class RoleProducer:
                 break
         raise KafkaTransportError(
             f"{self.role}: the producer of {self.token} is stuck in state "
-            f"{manager.state.name}; release and acquire the role again"
+            f"{transaction_state(self.producer).name}; release and acquire the role again"
         )
 
     async def _quietly(self, work: Awaitable[Any], what: str) -> None:
@@ -357,8 +361,8 @@ class KafkaGuardedTransaction:
         state = owner.state()
         if state in (TransactionState.COMMITTING_TRANSACTION,
                      TransactionState.ABORTING_TRANSACTION):
-            await owner.call(asyncio.shield(owner.producer._txn_manager
-                                            .wait_for_transaction_end()), "the abort")
+            await owner.call(asyncio.shield(wait_for_transaction_end(owner.producer)),
+                             "the abort")
             return
         if state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
             await self._check_state("the abort")
@@ -376,7 +380,7 @@ class KafkaGuardedTransaction:
     async def _check_state(self, what: str) -> None:
         owner = self._owner
         owner._raise_if_retired()
-        if owner.producer._txn_manager.is_fatal_error():
+        if is_fatal(owner.producer):
             raise await owner._retire_fatal(what)
 
     async def _enqueue(
@@ -399,11 +403,9 @@ class KafkaGuardedTransaction:
 
 
 def _fatal_cause(producer: Any) -> BaseException:
-    waiter = producer._txn_manager._transaction_waiter
-    if waiter is not None and waiter.done() and not waiter.cancelled():
-        cause: BaseException | None = waiter.exception()
-        if cause is not None:
-            return cause
+    cause = fatal_cause(producer)
+    if cause is not None:
+        return cause
     fallback: BaseException = _errors.KafkaError("the producer is in the FATAL_ERROR state")
     return fallback
 
@@ -421,12 +423,8 @@ def _retrieve_failures(producer: Any) -> None:
     and drain waiter); nobody awaits those once the producer is closed, and
     asyncio would log each as an exception never retrieved.
     """
-    _retrieve(producer._txn_manager._transaction_waiter)
-    accumulator = producer._message_accumulator
-    batches = [b for queue in accumulator._batches.values() for b in queue]
-    for batch in [*batches, *accumulator._pending_batches]:
-        _retrieve(batch.future)
-        _retrieve(batch._drain_waiter)
+    for future in undelivered_futures(producer):
+        _retrieve(future)
 
 
 def again_after(error: BaseException) -> BaseException:

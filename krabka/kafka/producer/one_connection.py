@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiokafka.client import ConnectionGroup  # type: ignore[import-untyped, unused-ignore]
+from krabka.kafka.aiokafka_internals import default_connection_group
 
 __all__ = ["one_connection_per_broker"]
 
@@ -28,13 +28,13 @@ __all__ = ["one_connection_per_broker"]
 def one_connection_per_broker(client: Any) -> None:
     """Make `client` (an ``AIOKafkaClient`` not yet started) use one connection per broker."""
     ready, send = client.ready, client.send
+    default = default_connection_group()
 
-    async def ready_default(node_id: Any, *, group: Any = ConnectionGroup.DEFAULT) -> Any:
-        return await ready(node_id, group=ConnectionGroup.DEFAULT)
+    async def ready_default(node_id: Any, *, group: Any = default) -> Any:
+        return await ready(node_id, group=default)
 
-    async def send_default(node_id: Any, request: Any, *,
-                           group: Any = ConnectionGroup.DEFAULT) -> Any:
-        return await send(node_id, request, group=ConnectionGroup.DEFAULT)
+    async def send_default(node_id: Any, request: Any, *, group: Any = default) -> Any:
+        return await send(node_id, request, group=default)
 
     client.ready = ready_default
     client.send = send_default

@@ -53,11 +53,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.client import (  # type: ignore[import-untyped, unused-ignore]
-    CoordinationType,
-)
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped, unused-ignore]
 
+from krabka.kafka.aiokafka_internals import find_transaction_coordinator, start_sender
 from krabka.kafka.lifecycle import stop_producer
 from krabka.kafka.producer.seeded import Seed, start_seeded
 from krabka.runtime.cancellation import bounded
@@ -195,8 +193,7 @@ class PreparedProducers:
         present = [topic for topic in outputs if await self._exists(topic)]
         client.set_topics([self._topic, *present])
         await producer.partitions_for(self._topic)
-        coordinator = await producer._sender._find_coordinator(CoordinationType.TRANSACTION,
-                                                               role)
+        coordinator = await find_transaction_coordinator(producer, role)
         leaders = {coordinator,
                    client.cluster.leader_for_partition(TopicPartition(self._topic, partition))}
         for topic in present:
@@ -232,4 +229,4 @@ async def start_prepared(producer: Any) -> None:
     ``AIOKafkaProducer.start()`` would bootstrap the client a second time; the
     sender's ``start()`` is the rest of it.
     """
-    await producer._sender.start()
+    await start_sender(producer)

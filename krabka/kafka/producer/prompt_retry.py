@@ -25,17 +25,16 @@ than aiokafka would, so a transaction that stays incomplete (a partition leader 
 not become a flood of requests. Every other answer, and every other
 producer, keeps aiokafka's behaviour.
 
-The handlers subclass aiokafka's sender internals, listed in
-`krabka.kafka.aiokafka_internals` and checked by a unit test.
+The sender's handlers are replaced by
+`krabka.kafka.aiokafka_internals.override_transaction_backoffs`; this module
+chooses the waits.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aiokafka.client import CoordinationType  # type: ignore[import-untyped, unused-ignore]
-from aiokafka.producer import sender as _sender  # type: ignore[import-untyped, unused-ignore]
-
+from krabka.kafka.aiokafka_internals import override_transaction_backoffs
 from krabka.kafka.protocol.messages import CONCURRENT_TRANSACTIONS
 
 __all__ = ["FIRST_RETRY", "RetrySchedule", "make_prompt"]
@@ -65,52 +64,24 @@ def _only_concurrent(codes: list[int]) -> bool:
     return failed == {CONCURRENT_TRANSACTIONS}
 
 
-class _PromptAddPartitions(_sender.AddPartitionsToTxnHandler):  # type: ignore[misc]
-    def __init__(self, sender: Any, partitions: Any, schedule: RetrySchedule) -> None:
-        super().__init__(sender, partitions)
-        self._schedule = schedule
-
-    def handle_response(self, response: Any) -> float | None:
-        # aiokafka shortens its wait only while the transaction has no
-        # partition yet (the previous one is completing): so does this.
-        completing = not self._sender._txn_manager.txn_partitions and _only_concurrent(
-            [code for _, partitions in response.errors for _, code in partitions])
-        backoff: float | None = super().handle_response(response)
-        if backoff is None or not completing:
-            self._schedule.reset()
-            return backoff
-        return self._schedule.next(backoff)
-
-
-class _PromptInitPid(_sender.InitPIDHandler):  # type: ignore[misc]
-    def __init__(self, sender: Any, schedule: RetrySchedule) -> None:
-        super().__init__(sender)
-        self._schedule = schedule
-
-    def handle_response(self, response: Any) -> float | None:
-        backoff: float | None = super().handle_response(response)
-        if backoff is None or response.error_code != CONCURRENT_TRANSACTIONS:
-            self._schedule.reset()
-            return backoff
-        return self._schedule.next(backoff)
-
-
 def make_prompt(producer: Any) -> None:
     """Give `producer` (a transactional AIOKafkaProducer, not started) the prompt retries."""
-    sender = producer._sender
     adding, initialising = RetrySchedule(), RetrySchedule()
 
-    async def add_partitions_to_txn(partitions: Any) -> bool:
-        node_id = await sender._find_coordinator(
-            CoordinationType.TRANSACTION, sender._txn_manager.transactional_id)
-        done: bool = await _PromptAddPartitions(sender, partitions, adding).do(node_id)
-        return done
+    def add_partitions(response: Any, backoff: float | None, first: bool) -> float | None:
+        # aiokafka shortens its wait only while the transaction has no
+        # partition yet (the previous one is completing): so does this.
+        completing = first and _only_concurrent(
+            [code for _, partitions in response.errors for _, code in partitions])
+        if backoff is None or not completing:
+            adding.reset()
+            return backoff
+        return adding.next(backoff)
 
-    async def init_pid(node_id: int) -> bool:
-        done: bool = await _PromptInitPid(sender, initialising).do(node_id)
-        return done
+    def init_pid(response: Any, backoff: float | None) -> float | None:
+        if backoff is None or response.error_code != CONCURRENT_TRANSACTIONS:
+            initialising.reset()
+            return backoff
+        return initialising.next(backoff)
 
-    # Instance attributes shadow the Sender's methods of the same names,
-    # which its loops call through ``self``.
-    sender._do_add_partitions_to_txn = add_partitions_to_txn
-    sender._do_init_pid = init_pid
+    override_transaction_backoffs(producer, add_partitions, init_pid)

@@ -25,20 +25,17 @@ answered with NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR, on which aiokafka
 refreshes the client's metadata and looks the coordinator up again, as it
 does when its own view goes stale. No epoch, sequence number or record
 depends on it, so nothing the broker fences does. aiokafka has no public way
-to seed a client; the attributes used are listed in
-`krabka.kafka.aiokafka_internals`.
+to seed a client: `krabka.kafka.aiokafka_internals.seed_client` does it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.client import CoordinationType  # type: ignore[import-untyped, unused-ignore]
-
+from krabka.kafka.aiokafka_internals import seed_client
 from krabka.kafka.single_flight import SingleFlight
 
 __all__ = ["METADATA_MAX_AGE", "Seed", "SharedMetadata", "start_seeded"]
@@ -70,13 +67,7 @@ def start_seeded(producer: Any, seed: Seed) -> None:
     the state a bootstrap and a first metadata refresh leave it in, and its
     sender's coordinator lookup is answered.
     """
-    client = producer.client
-    client.cluster.update_metadata(seed.metadata)
-    # Set directly: ``set_topics`` would ask for the metadata just seeded.
-    client._topics = set(seed.topics)
-    # What ``bootstrap()`` starts once it has the cluster's metadata.
-    client._sync_task = asyncio.ensure_future(client._md_synchronizer())
-    producer._sender._coordinators[CoordinationType.TRANSACTION] = seed.coordinator
+    seed_client(producer, seed.metadata, seed.topics, seed.coordinator)
 
 
 class SharedMetadata:

@@ -21,8 +21,9 @@ from Apache Kafka's message schemas (``clients/src/main/resources/common/message
   (no tag buffer), even for flexible versions.
 * **Error codes 90 PRODUCER_FENCED and 105 TRANSACTIONAL_ID_NOT_FOUND**: aiokafka
   maps unknown codes to ``UnknownError`` (errno -1), which would hide a fence. The
-  classes below are added to ``aiokafka.errors.kafka_errors`` on import (without
-  replacing any class aiokafka already has). ``ProducerFencedError`` also
+  classes below are added to aiokafka's error table by `register_error_codes`,
+  which a `KafkaTransport` runs when it is created (without replacing any class
+  aiokafka already has). ``ProducerFencedError`` also
   subclasses aiokafka's ``ProducerFenced``, so aiokafka's sender re-raises it
   unwrapped and ``except ProducerFenced`` catches it.
 
@@ -51,12 +52,7 @@ from typing import Any, Final, TypeAlias
 # ignores become unused, which "unused-ignore" tolerates: this file checks clean
 # either way.
 from aiokafka import errors as _errors  # type: ignore[import-untyped, unused-ignore]
-from aiokafka.protocol.api import (  # type: ignore[import-untyped, unused-ignore]
-    Request,
-    RequestStruct,
-    Response,
-    ResponseHeader_v0,
-)
+from aiokafka.protocol.api import Response  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.protocol.types import (  # type: ignore[import-untyped, unused-ignore]
     CompactArray,
     CompactString,
@@ -65,6 +61,13 @@ from aiokafka.protocol.types import (  # type: ignore[import-untyped, unused-ign
     Int64,
     Schema,
     TaggedFields,
+)
+
+from krabka.kafka.aiokafka_internals import (
+    FlexibleRequestStruct,
+    OwnRequest,
+    V0ResponseHeader,
+    extend_error_table,
 )
 
 __all__ = [
@@ -162,28 +165,14 @@ class TransactionalIdNotFoundError(_errors.BrokerResponseError):  # type: ignore
 def register_error_codes() -> None:
     """Make ``aiokafka.errors.for_code`` know codes 90 and 105.
 
-    Idempotent; never replaces a class aiokafka already maps. Runs on import.
+    Idempotent; never replaces a class aiokafka already maps. A
+    `KafkaTransport` runs it when it is created, before its first request.
     """
-    _errors.kafka_errors.setdefault(PRODUCER_FENCED, ProducerFencedError)
-    _errors.kafka_errors.setdefault(TRANSACTIONAL_ID_NOT_FOUND, TransactionalIdNotFoundError)
-
-
-register_error_codes()
+    extend_error_table({PRODUCER_FENCED: ProducerFencedError,
+                        TRANSACTIONAL_ID_NOT_FOUND: TransactionalIdNotFoundError})
 
 
 # ------------------------------------------------------------- shared base classes
-
-
-class _FlexibleRequestStruct(RequestStruct):  # type: ignore[misc, unused-ignore]
-    """A flexible request version: aiokafka sends request header v2 and reads
-    response header v1 (correlation id, then a tag buffer)."""
-
-    FLEXIBLE_VERSION = True
-    # Placeholders for aiokafka's __init_subclass__ check; every subclass sets its own.
-    API_KEY = -1
-    API_VERSION = -1
-    RESPONSE_TYPE = Response
-    SCHEMA = Schema()
 
 
 class _Response(Response):  # type: ignore[misc, unused-ignore]
@@ -229,7 +218,7 @@ class DescribeTransactionsResponse_v0(_Response):
     )
 
 
-class DescribeTransactionsRequest_v0(_FlexibleRequestStruct):
+class DescribeTransactionsRequest_v0(FlexibleRequestStruct):
     API_KEY = 65
     API_VERSION = 0
     RESPONSE_TYPE = DescribeTransactionsResponse_v0
@@ -239,7 +228,7 @@ class DescribeTransactionsRequest_v0(_FlexibleRequestStruct):
     )
 
 
-class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):  # type: ignore[misc, unused-ignore]
+class DescribeTransactionsRequest(OwnRequest[DescribeTransactionsRequest_v0]):  # type: ignore[misc, unused-ignore]
     """DescribeTransactions for some transactional ids; send it to their transaction
     coordinator (ids on other coordinators answer NOT_COORDINATOR, 16)."""
 
@@ -320,7 +309,7 @@ class InitProducerIdResponse_v4(InitProducerIdResponse_v3):
     API_VERSION = 4
 
 
-class InitProducerIdRequest_v3(_FlexibleRequestStruct):
+class InitProducerIdRequest_v3(FlexibleRequestStruct):
     API_KEY = 22
     API_VERSION = 3
     RESPONSE_TYPE = InitProducerIdResponse_v3
@@ -341,7 +330,7 @@ class InitProducerIdRequest_v4(InitProducerIdRequest_v3):
 _InitProducerIdStruct: TypeAlias = InitProducerIdRequest_v3 | InitProducerIdRequest_v4
 
 
-class InitProducerIdRequest(Request[_InitProducerIdStruct]):  # type: ignore[misc, unused-ignore]
+class InitProducerIdRequest(OwnRequest[_InitProducerIdStruct]):  # type: ignore[misc, unused-ignore]
     """InitProducerId v4 (v3 if the broker lacks v4) for a transactional id.
 
     With ``producer_id``/``producer_epoch`` left at -1 it is the unconditional
@@ -443,7 +432,9 @@ class ApiVersionsResponse_v4(ApiVersionsResponse_v3):
     API_VERSION = 4
 
 
-class ApiVersionsRequest_v3(_FlexibleRequestStruct):
+class ApiVersionsRequest_v3(V0ResponseHeader, FlexibleRequestStruct):  # type: ignore[misc, unused-ignore]
+    # KIP-511: the ApiVersions response header is v0 for every version, so a
+    # client that does not yet know the broker's versions can always read it.
     API_KEY = 18
     API_VERSION = 3
     RESPONSE_TYPE = ApiVersionsResponse_v3
@@ -453,10 +444,6 @@ class ApiVersionsRequest_v3(_FlexibleRequestStruct):
         ("tags", TaggedFields),
     )
 
-    def parse_response_header(self, read_buffer: BytesIO | bytes) -> Any:
-        # KIP-511: the ApiVersions response header is v0 for every version, so a
-        # client that does not yet know the broker's versions can always read it.
-        return ResponseHeader_v0.decode(read_buffer)
 
 
 class ApiVersionsRequest_v4(ApiVersionsRequest_v3):
@@ -467,7 +454,7 @@ class ApiVersionsRequest_v4(ApiVersionsRequest_v3):
 _ApiVersionsStruct: TypeAlias = ApiVersionsRequest_v3 | ApiVersionsRequest_v4
 
 
-class ApiVersionsRequest(Request[_ApiVersionsStruct]):  # type: ignore[misc, unused-ignore]
+class ApiVersionsRequest(OwnRequest[_ApiVersionsStruct]):  # type: ignore[misc, unused-ignore]
     """ApiVersions v4 (or v3), whose response carries the finalized features.
 
     Send it on an established connection (aiokafka already negotiated versions
