@@ -32,7 +32,10 @@ from typing import Any
 
 import orjson
 
-from krabka import FencingToken, Heartbeat, Lease, OutOfOrder, RoleState, RosterEntry
+from krabka import FencingToken
+from krabka.format.records import Lease
+from krabka.format.terms import Heartbeat
+from krabka.rules.state import OutOfOrder, RoleState, RosterEntry
 from krabka.term.fold import TermClaim, TermView
 
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]
