@@ -1,9 +1,9 @@
-"""The value of the ``role_state`` table: one role's `krabka.RoleState`,
+"""The value of the ``role_state`` table: one role's `krabka.rules.state.RoleState`,
 as an orjson object.
 
 The table is keyed by the role's raw UTF-8 bytes; this module is its value
 codec and nothing else (no Faust import, no fold rule: the state is the
-library's, folded by `krabka.RoleFold`). Beside the state a value holds
+library's, folded by `krabka.rules.fold.RoleFold`). Beside the state a value holds
 what the fold agent needs to emit each event exactly once: the partition it
 was folded from, whether the latest lease's lapse was reported, and the last
 applied offset.

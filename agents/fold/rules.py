@@ -1,6 +1,6 @@
 """The fold: one state-topic record applied to a role's table value (pure).
 
-`fold` hands the record to the library's `krabka.RoleFold`, which owns
+`fold` hands the record to the library's `krabka.rules.fold.RoleFold`, which owns
 every rule of the role's state, and turns the change it reports into the
 leadership-change events of docs/events.md (`krabka.observe.events`, which the
 operator CLI's ``watch`` uses too). `route` says which role a record
