@@ -21,7 +21,8 @@ import faust
 from faust.types import TableT, TopicT
 
 from agents.fold.due import DueIndex
-from krabka import Clock, LeaderRunner, LeadershipOptions, Rebalancer, RoleFunction, Transport
+from krabka import LeaderRunner, LeadershipOptions, Rebalancer, RoleFunction, Transport
+from krabka.clock import Clock
 from krabka.observe.events import LeadershipEvent
 
 __all__ = ["AgentContext", "AgentMetrics", "AgentSettings", "EventSink", "Router", "Tables",

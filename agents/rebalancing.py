@@ -37,15 +37,11 @@ from typing import Any
 
 from agents.context import AgentContext
 from agents.peers import Unreachable, fetch_json
-from krabka import (
-    Move,
-    Rebalancer,
-    RoleState,
-    StateReader,
-    describe_roles,
-    watch_roles,
-)
+from krabka import Rebalancer, describe_roles, watch_roles
 from krabka.errors import retryable
+from krabka.rules.state import RoleState
+from krabka.scale.rebalance import Move
+from krabka.transport import StateReader
 
 __all__ = ["HEALTH_TIMEOUT", "RETRY", "RETRY_MAX", "RoleStates", "WorkerRebalancing",
            "live_members", "move_json", "rebalance_json", "retry_delay"]

@@ -28,7 +28,8 @@ from app.metrics import Metrics
 from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
 from app.web.feed import EventFeed
-from krabka import Clock, LeaderRunner, Rebalancer, RoleFunction, SystemClock, Transport
+from krabka import LeaderRunner, Rebalancer, RoleFunction, Transport
+from krabka.clock import Clock, SystemClock
 
 __all__ = ["Context"]
 

@@ -17,7 +17,8 @@ from app.faust_app import CoordinationApp
 from app.faust_config import faust_options
 from app.install import install
 from app.settings import Settings
-from krabka import Clock, RoleFunction
+from krabka import RoleFunction
+from krabka.clock import Clock
 
 __all__ = ["build", "create_app"]
 

@@ -40,7 +40,8 @@ from app.readiness import ClusterWatch, ReadinessBounds
 from app.settings import Settings
 from app.web import views
 from app.web.routing import FaustRouter
-from krabka import Clock, RoleFunction, SystemClock
+from krabka import RoleFunction
+from krabka.clock import Clock, SystemClock
 from krabka.kafka.connection import Connection
 from tables import faust_tables
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from krabka import Clock
+from krabka.clock import Clock
 
 __all__ = ["ClusterWatch", "ReadinessBounds", "Snapshot", "Verdict", "assess", "fold_lag_of"]
 

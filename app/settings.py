@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from krabka import PLACEMENTS, LeadershipOptions, defaults
+from krabka import LeadershipOptions, defaults
 from krabka.kafka.connection import Connection
 from krabka.options import FENCINGS, check_fencing
-from krabka.rules.evaluate import check_placement
+from krabka.rules.evaluate import PLACEMENTS, check_placement
 
 __all__ = ["VARIABLES", "Settings", "mask"]
 

@@ -69,7 +69,7 @@ async def alternate(bench: Bench, figure: str, systems: list[str],
 
 
 def _codec_inputs(count: int) -> tuple[list[Any], list[Any]]:
-    from krabka import Lease, lease_key
+    from krabka.format.records import Lease, lease_key
 
     now = int(time.time() * 1000)
     keys = [lease_key(f"acme.role-{i:05d}") for i in range(count)]
@@ -82,7 +82,7 @@ async def codec(bench: Bench) -> None:
     """Records (key + lease value) encoded and decoded per second; orjson as a yardstick."""
     import orjson
 
-    from krabka import decode_key, decode_lease, encode_key, encode_lease
+    from krabka.format.records import decode_key, decode_lease, encode_key, encode_lease
 
     count = 5_000 if bench.quick else 20_000
     keys, leases = _codec_inputs(count)
@@ -288,7 +288,8 @@ async def graceful_handover(bench: Bench) -> None:
 
 
 async def _last_krabka_deadline(bench: Bench, role: str, member: str) -> int | None:
-    from krabka import Kind, decode_key, decode_lease, role_partition
+    from krabka.format.partition import role_partition
+    from krabka.format.records import Kind, decode_key, decode_lease
     from krabka.kafka import KafkaTransport
 
     async with KafkaTransport(bench.bootstrap, topic=bench.state_topic) as transport:
@@ -307,13 +308,8 @@ async def _last_krabka_deadline(bench: Bench, role: str, member: str) -> int | N
 async def _last_term_deadline(bench: Bench, role: str, member: str) -> int | None:
     """The killed leader's last sign of life on the terms topic (its claim or last
     heartbeat, by its own wall clock) plus the election timeout."""
-    from krabka import (
-        TermKind,
-        decode_claim,
-        decode_heartbeat,
-        decode_term_key,
-        role_partition,
-    )
+    from krabka.format.partition import role_partition
+    from krabka.format.terms import TermKind, decode_claim, decode_heartbeat, decode_term_key
     from krabka.kafka import KafkaTransport
 
     async with KafkaTransport(bench.bootstrap, topic=bench.state_topic,
@@ -463,7 +459,8 @@ def _filter_zombie(records: list[OutputRecord], topic: str, role: str, member: s
     """Read the whole partition through a `TermFilter`, in offset order, as a reader
     from the start does; count the zombie's records it dropped, and those it passed
     after the successor's barrier (term mode promises none)."""
-    from krabka import TERM_HEADER, TermFilter, decode_term_header
+    from krabka import TermFilter
+    from krabka.format.terms import TERM_HEADER, decode_term_header
 
     reader = TermFilter(fenced_topics=[topic])
     barrier_seen = False

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.context import Bench
 from bench.stats import Result
-from krabka import Kind, decode_key, decode_lease, decode_registration
+from krabka.format.records import Kind, decode_key, decode_lease, decode_registration
 
 PARTITIONS = 16
 MEMBERS = ("worker-1.example:6066", "worker-2.example:6066")
@@ -47,7 +47,7 @@ def role_records(i: int, now: int, leases: int = 18
     `leases` lease records in two tenures (the second member fences the first half
     way), each stamped when its lease was granted, so that no lease lapses before
     the role's next record however long the fill takes."""
-    from krabka import (
+    from krabka.format.records import (
         Lease,
         Registration,
         encode_key,
@@ -78,7 +78,7 @@ async def fill(bench: Bench, topic: str, records: int, *, leases: int = 18,
     further, past the last commit marker)."""
     from aiokafka import AIOKafkaProducer
 
-    from krabka import role_partition
+    from krabka.format.partition import role_partition
 
     now = int(time.time() * 1000)
     roles = [role_records(i, now, leases) for i in range(max(1, records // (2 + leases)))]

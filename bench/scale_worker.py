@@ -64,13 +64,13 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    Lease,
     RenewalLatencyAdmission,
     RunnerObserver,
     TenureStop,
     acquire_leadership,
 )
 from krabka.defaults import PARTITIONS
+from krabka.format.records import Lease
 from krabka.kafka import KafkaTransport
 from krabka.rules.evaluate import PLACEMENTS
 from krabka.scale.heap import HeapSettler

@@ -29,18 +29,17 @@ from typing import Any
 
 from bench.context import Bench
 from bench.stats import Result
-from krabka import (
+from krabka import TermToken, describe_leadership
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
     Claim,
     Heartbeat,
-    TermToken,
     claim_key,
     decode_term_key,
-    describe_leadership,
     encode_claim,
     encode_heartbeat,
     encode_term_key,
     heartbeat_key,
-    role_partition,
 )
 from krabka.kafka import KafkaTransport
 

@@ -279,7 +279,8 @@ async def _write_changelog(bench: Bench, topic: str, roles: int, versions: int) 
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from agents.fold import role_value
-    from krabka import RoleState, role_partition
+    from krabka.format.partition import role_partition
+    from krabka.rules.state import RoleState
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bench.bootstrap)
     await admin.start()
@@ -463,7 +464,7 @@ class _Subscriber:
         return future
 
     async def _read(self) -> None:
-        from krabka import Kind, decode_key
+        from krabka.format.records import Kind, decode_key
 
         while True:
             batch = await self.consumer.getmany(timeout_ms=1000)
@@ -493,7 +494,8 @@ class _Subscriber:
 async def event_latency(bench: Bench) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from krabka import (
+    from krabka.format.partition import role_partition
+    from krabka.format.records import (
         Lease,
         Registration,
         encode_key,
@@ -501,7 +503,6 @@ async def event_latency(bench: Bench) -> None:
         encode_registration,
         lease_key,
         registration_key,
-        role_partition,
     )
 
     intervals = bench.commit_intervals or ([0.2, 1.0] if bench.quick else [0.1, 0.2, 1.0])

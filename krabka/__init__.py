@@ -42,14 +42,28 @@ Not guaranteed:
 - An `Admission` only delays its own member's challenge: a role whose every
   candidate is overloaded stays vacant until one admits again.
 
-The package has no Faust import; the worker application (``app``, ``agents``,
-``tables``) builds on it.
+The package root holds what a program calls: `acquire_leadership` and
+`LeaderRunner` with their options and states, `describe_leadership` and the
+watches, `TermFilter`, the `Transport` seam and `KafkaTransport` with its
+`Connection`, the many-role tools (`HeapSettler`, `Admission`, `Rebalancer`)
+and the error tree under `CoordinationError`. The rest is imported from its
+subpackage: the record formats from `krabka.format`, the election rules from
+`krabka.rules`, term mode's parts from `krabka.term`, the Kafka adapter's
+other names from `krabka.kafka`, and the in-memory broker and `ManualClock`
+from `krabka.testing`.
+
+``import krabka`` imports no aiokafka and changes no state of the process:
+`KafkaTransport` and `Connection` load `krabka.kafka` (and with it aiokafka
+and its version check) when first named. The package has no Faust import;
+the worker application (``app``, ``agents``, ``tables``) builds on it.
 """
 
-from krabka.clock import Clock, ManualClock, SystemClock
-from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
-from krabka.epoch.candidate import FirstWrite, acquire_leadership
-from krabka.epoch.tenure import EpochLeadership
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from krabka.epoch.candidate import acquire_leadership
 from krabka.errors import (
     CompactedOutputError,
     ConfigurationError,
@@ -62,230 +76,84 @@ from krabka.errors import (
     StateTopicError,
     TransportError,
     UndeclaredTopicError,
+    UntestedVersionError,
 )
-from krabka.format.partition import murmur2, role_partition, to_positive
-from krabka.format.records import (
-    Key,
-    Kind,
-    Lease,
-    Registration,
-    decode_key,
-    decode_lease,
-    decode_registration,
-    encode_key,
-    encode_lease,
-    encode_registration,
-    lease_key,
-    registration_key,
-)
-from krabka.format.terms import (
-    TERM_HEADER,
-    Barrier,
-    Claim,
-    Heartbeat,
-    TermKey,
-    TermKind,
-    TermStamp,
-    barrier_key,
-    claim_key,
-    decode_barrier,
-    decode_claim,
-    decode_heartbeat,
-    decode_term_header,
-    decode_term_key,
-    encode_barrier,
-    encode_claim,
-    encode_heartbeat,
-    encode_term_header,
-    encode_term_key,
-    heartbeat_key,
-)
-from krabka.format.token import NO_EPOCH, FencingToken, TermToken, Token
-from krabka.guarded import GuardedWriter
-from krabka.kafka import (
-    KafkaTransport,
-    KafkaTransportError,
-    KafkaUnavailableError,
-    ProducerFatalError,
-)
+from krabka.format.token import FencingToken, TermToken
 from krabka.observe.describe import describe_leadership, describe_role_state, describe_roles
 from krabka.observe.events import LeadershipEvent
-from krabka.observe.status import LeadershipStatus, TermRoleStatus, TermStatus
-from krabka.observe.watch import RoleChange, RoleWatch, Since, watch_roles
+from krabka.observe.status import LeadershipStatus, TermStatus
+from krabka.observe.watch import RoleChange, watch_events, watch_roles
 from krabka.options import LeadershipOptions
-from krabka.rules.changes import (
-    Change,
-    Elected,
-    Joined,
-    Left,
-    Renewed,
-    Resigned,
-    Skipped,
-    StillVacant,
-)
-from krabka.rules.evaluate import PLACEMENTS, Placement, Step, evaluate, rendezvous_weight
-from krabka.rules.fold import RoleFold, build_role_state
-from krabka.rules.state import OutOfOrder, Record, RoleState, RosterEntry
-from krabka.runner import (
-    LeaderRunner,
-    RoleFunction,
-    RunnerObserver,
-    RunnerState,
-    TenureStop,
-)
+from krabka.runner import LeaderRunner, RoleFunction, RunnerObserver, RunnerState, TenureStop
 from krabka.scale.admission import Admission, RenewalLatencyAdmission
-from krabka.scale.rebalance import Move, Plan, Rebalancer, plan
+from krabka.scale.heap import HeapSettler
+from krabka.scale.rebalance import Rebalancer
 from krabka.tenure import Leadership, TenureState
-from krabka.term.describe import describe_term_roles, partition_highest_terms
 from krabka.term.filter import TermFilter
-from krabka.term.fold import TermChange, TermElected, TermPartitionFold, TermResigned
-from krabka.term.seed import highest_terms, seed_filter
-from krabka.term.tenure import TermLeadership, TermWriter
-from krabka.term.watch import watch_term_events
-from krabka.testing.memory import MemoryBroker, MemoryTransport
-from krabka.transport import (
-    Coordinator,
-    GuardedTransaction,
-    LeaseWriter,
-    PartitionRead,
-    PartitionTail,
-    Registrar,
-    StateReader,
-    TopicCheck,
-    TopicFacts,
-    Transport,
-)
+from krabka.transport import Transport
+
+if TYPE_CHECKING:
+    from krabka.kafka import Connection, KafkaTransport
 
 __all__ = [
-    "NO_EPOCH",
-    "PLACEMENTS",
-    "STATE_TOPIC",
-    "TERMS_TOPIC",
-    "TERM_HEADER",
     "Admission",
-    "Barrier",
-    "Change",
-    "Claim",
-    "Clock",
     "CompactedOutputError",
     "ConfigurationError",
+    "Connection",
     "CoordinationError",
-    "Coordinator",
-    "Elected",
-    "EpochLeadership",
     "EpochLostError",
     "FencedError",
     "FencingToken",
-    "FirstWrite",
     "FormatError",
-    "GuardedTransaction",
-    "GuardedWriter",
-    "Heartbeat",
+    "HeapSettler",
     "InvalidStateError",
-    "Joined",
     "KafkaTransport",
-    "KafkaTransportError",
-    "KafkaUnavailableError",
-    "Key",
-    "Kind",
     "LeaderRunner",
     "Leadership",
     "LeadershipEvent",
     "LeadershipOptions",
     "LeadershipStatus",
-    "Lease",
-    "LeaseWriter",
-    "Left",
-    "ManualClock",
-    "MemoryBroker",
-    "MemoryTransport",
-    "Move",
-    "OutOfOrder",
     "OutcomeUnknownError",
-    "PartitionRead",
-    "PartitionTail",
-    "Placement",
-    "Plan",
-    "ProducerFatalError",
     "Rebalancer",
-    "Record",
-    "Registrar",
-    "Registration",
     "RenewalLatencyAdmission",
-    "Renewed",
-    "Resigned",
     "RoleChange",
-    "RoleFold",
     "RoleFunction",
-    "RoleState",
-    "RoleWatch",
-    "RosterEntry",
     "RunnerObserver",
     "RunnerState",
-    "Since",
-    "Skipped",
-    "StateReader",
     "StateTopicError",
-    "Step",
-    "StillVacant",
-    "SystemClock",
     "TenureState",
     "TenureStop",
-    "TermChange",
-    "TermElected",
     "TermFilter",
-    "TermKey",
-    "TermKind",
-    "TermLeadership",
-    "TermPartitionFold",
-    "TermResigned",
-    "TermRoleStatus",
-    "TermStamp",
     "TermStatus",
     "TermToken",
-    "TermWriter",
-    "Token",
-    "TopicCheck",
-    "TopicFacts",
     "Transport",
     "TransportError",
     "UndeclaredTopicError",
+    "UntestedVersionError",
     "acquire_leadership",
-    "barrier_key",
-    "build_role_state",
-    "claim_key",
-    "decode_barrier",
-    "decode_claim",
-    "decode_heartbeat",
-    "decode_key",
-    "decode_lease",
-    "decode_registration",
-    "decode_term_header",
-    "decode_term_key",
     "describe_leadership",
     "describe_role_state",
     "describe_roles",
-    "describe_term_roles",
-    "encode_barrier",
-    "encode_claim",
-    "encode_heartbeat",
-    "encode_key",
-    "encode_lease",
-    "encode_registration",
-    "encode_term_header",
-    "encode_term_key",
-    "evaluate",
-    "heartbeat_key",
-    "highest_terms",
-    "lease_key",
-    "murmur2",
-    "partition_highest_terms",
-    "plan",
-    "registration_key",
-    "rendezvous_weight",
-    "role_partition",
-    "seed_filter",
-    "to_positive",
+    "watch_events",
     "watch_roles",
-    "watch_term_events",
 ]
+
+# The Kafka adapter's names, loaded on first use: importing the adapter
+# imports aiokafka and checks its version, which a program that only folds,
+# describes or tests on `krabka.testing` must not pay for or fail on.
+_ADAPTER = "krabka.kafka"
+_LAZY = frozenset({"Connection", "KafkaTransport"})
+
+if not TYPE_CHECKING:
+    # Hidden from mypy, which would otherwise type every missing name as this
+    # function's result; it reads the adapter's names from the import above.
+
+    def __getattr__(name: str) -> object:
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(_ADAPTER), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | _LAZY)

@@ -67,7 +67,8 @@ from agents.fold.rules import (
     fold_terms,
     route_term,
 )
-from krabka import OutOfOrder, Record, role_partition
+from krabka.format.partition import role_partition
+from krabka.rules.state import OutOfOrder, Record
 
 __all__ = ["FOLD_BATCH", "FOLD_RETRY_MS", "FOLD_WITHIN", "STORE_ERRORS", "apply_batch",
            "apply_terms_record", "apply_tick", "as_current_event", "install", "ticked",

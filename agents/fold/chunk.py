@@ -34,7 +34,11 @@ from agents.events import LeadershipEvent
 from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, role_fold, route, step
-from krabka import Key, OutOfOrder, Placement, Record, RoleFold, RoleState, defaults
+from krabka import defaults
+from krabka.format.records import Key
+from krabka.rules.evaluate import Placement
+from krabka.rules.fold import RoleFold
+from krabka.rules.state import OutOfOrder, Record, RoleState
 
 __all__ = ["Chunk", "Failure", "LoadPartition", "LoadRole", "Skip", "fold_chunk"]
 

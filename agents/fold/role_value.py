@@ -1,9 +1,9 @@
-"""The value of the ``role_state`` table: one role's `krabka.RoleState`,
+"""The value of the ``role_state`` table: one role's `krabka.rules.state.RoleState`,
 as an orjson object.
 
 The table is keyed by the role's raw UTF-8 bytes; this module is its value
 codec and nothing else (no Faust import, no fold rule: the state is the
-library's, folded by `krabka.RoleFold`). Beside the state a value holds
+library's, folded by `krabka.rules.fold.RoleFold`). Beside the state a value holds
 what the fold agent needs to emit each event exactly once: the partition it
 was folded from, whether the latest lease's lapse was reported, and the last
 applied offset.
@@ -32,7 +32,10 @@ from typing import Any
 
 import orjson
 
-from krabka import FencingToken, Heartbeat, Lease, OutOfOrder, RoleState, RosterEntry
+from krabka import FencingToken
+from krabka.format.records import Lease
+from krabka.format.terms import Heartbeat
+from krabka.rules.state import OutOfOrder, RoleState, RosterEntry
 from krabka.term.fold import TermClaim, TermView
 
 __all__ = ["MAX_ERRORS", "MAX_TENURES", "SCHEMA", "RoleValue", "decode", "encode"]

@@ -1,6 +1,6 @@
 """The fold: one state-topic record applied to a role's table value (pure).
 
-`fold` hands the record to the library's `krabka.RoleFold`, which owns
+`fold` hands the record to the library's `krabka.rules.fold.RoleFold`, which owns
 every rule of the role's state, and turns the change it reports into the
 leadership-change events of docs/events.md (`krabka.observe.events`, which the
 operator CLI's ``watch`` uses too). `route` says which role a record
@@ -29,22 +29,15 @@ from typing import Protocol, TypeVar
 from agents.events import LeadershipEvent
 from agents.fold.partition_value import PartitionValue, SkipKind
 from agents.fold.role_value import MAX_ERRORS, MAX_TENURES, RoleValue
-from krabka import (
-    Elected,
-    FormatError,
-    Key,
-    Placement,
-    Record,
-    Renewed,
-    RoleFold,
-    RoleState,
-    TermKey,
-    decode_key,
-    decode_term_key,
-    defaults,
-    role_partition,
-)
+from krabka import FormatError, defaults
+from krabka.format.partition import role_partition
+from krabka.format.records import Key, decode_key
+from krabka.format.terms import TermKey, decode_term_key
 from krabka.observe.events import change_event, lease_event, term_change_event, term_lapse
+from krabka.rules.changes import Elected, Renewed
+from krabka.rules.evaluate import Placement
+from krabka.rules.fold import RoleFold
+from krabka.rules.state import Record, RoleState
 from krabka.term.fold import TermFold, TermView
 
 __all__ = ["Unattributed", "due_at", "expire", "expire_term", "fold", "fold_terms",

@@ -16,7 +16,6 @@ from typing import Any
 
 from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import MAX_ERRORS, RoleValue
-from krabka import RoleState
 from krabka.observe.json_forms import (
     Status,
     lease_json,
@@ -25,6 +24,7 @@ from krabka.observe.json_forms import (
     status_of,
 )
 from krabka.observe.json_forms import summary_json as summary
+from krabka.rules.state import RoleState
 
 __all__ = [
     "Skips",

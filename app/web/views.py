@@ -45,7 +45,9 @@ from app.web.event_stream import stream_events
 from app.web.role_view import detail, merged_state, row, skips_of_values
 from app.web.routing import owner_of
 from app.web.term_view import term_detail, term_fields
-from krabka import NO_EPOCH, FencingToken, TermToken, describe_leadership, role_partition
+from krabka import FencingToken, TermToken, describe_leadership
+from krabka.format.partition import role_partition
+from krabka.format.token import NO_EPOCH
 
 __all__ = ["Views", "install", "json_errors"]
 

@@ -31,7 +31,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
-from krabka import TERMS_TOPIC, TermFilter
+from krabka import TermFilter
+from krabka.defaults import TERMS_TOPIC
 from krabka.kafka import KafkaTransport, Resumed, commit_marks, resume
 
 

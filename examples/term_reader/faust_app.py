@@ -19,7 +19,7 @@ the place Faust offers (README.md beside this file).
 
 On a partition's first record after an assignment the agent restores the
 entry, and seeds the filter with each role's highest term from the terms
-topic (``krabka.highest_terms``) when that record is past the one it
+topic (``krabka.term.seed.highest_terms``) when that record is past the one it
 expects: the saved offset, or offset 0 with no entry (a new group starts at
 the log start). Then records it never judged are gone (retention or
 DeleteRecords removed them, perhaps a newer term's barrier among them),
@@ -45,8 +45,10 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from app.faust_changes import ChangedApp
-from krabka import TERMS_TOPIC, TermFilter, highest_terms
+from krabka import TermFilter
+from krabka.defaults import TERMS_TOPIC
 from krabka.kafka import KafkaTransport
+from krabka.term.seed import highest_terms
 
 log = logging.getLogger("term_reader")
 

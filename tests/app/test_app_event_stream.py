@@ -15,18 +15,12 @@ from aiohttp import web
 from agents.fold.agent import apply_batch
 from app.web.event_stream import RETRY_MS
 from app.web.feed import Dropped, EventFeed
-from krabka import (
-    STATE_TOPIC,
-    LeadershipEvent,
-    ManualClock,
-    MemoryBroker,
-    Record,
-    Registration,
-    encode_key,
-    encode_registration,
-    registration_key,
-    role_partition,
-)
+from krabka import LeadershipEvent
+from krabka.defaults import STATE_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.records import Registration, encode_key, encode_registration, registration_key
+from krabka.rules.state import Record
+from krabka.testing import ManualClock, MemoryBroker
 from tests.app.test_app_web import A_PARTS, B_PARTS, StaticRouter, Worker, roles_in
 from tests.support.faust_events import state_event
 from tests.support.polling import eventually

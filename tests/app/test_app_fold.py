@@ -17,19 +17,17 @@ from agents.fold.partition_value import PartitionValue
 from agents.fold.role_value import RoleValue
 from agents.fold.rules import Unattributed, expire, fold, fold_unattributed, route
 from app.web.role_view import merged_state, status_of
-from krabka import (
-    FencingToken,
-    OutOfOrder,
-    Record,
+from krabka import FencingToken
+from krabka.format.partition import role_partition
+from krabka.format.records import (
     Registration,
-    RoleState,
-    build_role_state,
     encode_key,
     encode_registration,
     lease_key,
     registration_key,
-    role_partition,
 )
+from krabka.rules.fold import build_role_state
+from krabka.rules.state import OutOfOrder, Record, RoleState
 from tests.support.event_schema import published
 from tests.support.logs import Log
 

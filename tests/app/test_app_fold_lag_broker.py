@@ -11,7 +11,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from krabka import (
+from krabka.format.partition import role_partition
+from krabka.format.records import (
     Lease,
     Registration,
     encode_key,
@@ -19,7 +20,6 @@ from krabka import (
     encode_registration,
     lease_key,
     registration_key,
-    role_partition,
 )
 from tests.app.test_app_harness import AppGroup, poll
 

@@ -20,17 +20,11 @@ from agents.fold import partition_value, role_value
 from agents.fold.role_value import MAX_ERRORS, RoleValue
 from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from app.web.role_view import merged_state
-from krabka import (
-    Elected,
-    Joined,
-    Left,
-    Record,
-    Resigned,
-    RoleFold,
-    build_role_state,
-    role_partition,
-)
+from krabka.format.partition import role_partition
 from krabka.format.records import decode_key
+from krabka.rules.changes import Elected, Joined, Left, Resigned
+from krabka.rules.fold import RoleFold, build_role_state
+from krabka.rules.state import Record
 from tests.support.state_logs import partitions
 
 PARTITIONS = 3

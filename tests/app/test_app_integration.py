@@ -23,18 +23,17 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from krabka import (
+from krabka import acquire_leadership, describe_role_state
+from krabka.format.partition import role_partition
+from krabka.format.records import (
     Registration,
-    RoleState,
-    acquire_leadership,
-    describe_role_state,
     encode_key,
     encode_registration,
     lease_key,
     registration_key,
-    role_partition,
 )
 from krabka.kafka import KafkaTransport
+from krabka.rules.state import RoleState
 from tests.app.test_app_harness import AppGroup, AppWorker, get_text, poll
 from tests.support.browser import Browser, chromium
 from tests.support.doc_snippets import snippet_at

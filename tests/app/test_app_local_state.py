@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from krabka import role_partition
+from krabka.format.partition import role_partition
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 from tests.support.lease_io import registration_record
 

@@ -13,17 +13,16 @@ from app.install import install
 from app.metrics import Metrics
 from app.settings import Settings
 from krabka import (
-    STATE_TOPIC,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RenewalLatencyAdmission,
     RunnerState,
     TransportError,
     describe_leadership,
     describe_role_state,
 )
+from krabka.defaults import STATE_TOPIC
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 

@@ -24,8 +24,9 @@ from typing import TypeVar
 import pytest
 
 from app.faust_changes.recovering import REBALANCED_DURING_RECOVERY
-from krabka import RoleState, describe_role_state
+from krabka import describe_role_state
 from krabka.kafka import KafkaTransport
+from krabka.rules.state import RoleState
 from tests.app.test_app_harness import AppGroup, AppWorker, get_json
 
 pytestmark = pytest.mark.integration

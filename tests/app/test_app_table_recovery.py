@@ -21,7 +21,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from agents.fold import role_value
-from krabka import RoleState, role_partition
+from krabka.format.partition import role_partition
+from krabka.rules.state import RoleState
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 
 pytestmark = pytest.mark.integration

@@ -22,20 +22,13 @@ from agents.fold.rules import Unattributed, expire_term, fold, fold_terms, route
 from app.factory import build
 from app.settings import Settings
 from app.web.term_view import term_detail, term_fields, term_status
-from krabka import (
-    STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    Record,
-    Registration,
-    TermToken,
-    encode_key,
-    encode_registration,
-    registration_key,
-)
-from krabka import role_partition as partition_of
+from krabka import TermToken
+from krabka.defaults import STATE_TOPIC
+from krabka.format.partition import role_partition as partition_of
+from krabka.format.records import Registration, encode_key, encode_registration, registration_key
 from krabka.observe.events import describe
+from krabka.rules.state import Record
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.event_schema import published
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from krabka import TERM_HEADER, decode_term_header, role_partition
+from krabka.format.partition import role_partition
+from krabka.format.terms import TERM_HEADER, decode_term_header
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
 from tests.support.event_schema import published
 

@@ -16,19 +16,11 @@ from agents.fold.rules import Unattributed, fold, fold_unattributed, route
 from app.factory import build
 from app.settings import Settings
 from app.web.views import BadRequest, _role_name
-from krabka import (
-    STATE_TOPIC,
-    TERMS_TOPIC,
-    Claim,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    Record,
-    claim_key,
-    encode_claim,
-    encode_term_key,
-    role_partition,
-)
+from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.terms import Claim, claim_key, encode_claim, encode_term_key
+from krabka.rules.state import Record
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.logs import Log
 from tests.support.ports import free_port
 

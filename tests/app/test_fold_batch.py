@@ -19,7 +19,7 @@ import agents.fold.chunk
 from agents.fold import role_value
 from agents.fold.agent import FOLD_RETRY_MS, apply_batch, until_applied
 from agents.fold.rules import fold
-from krabka import Record
+from krabka.rules.state import Record
 from tests.app.test_app_tick import PARTITIONS, leased, make_ctx, roles_by_partition
 from tests.support.event_schema import Published
 from tests.support.faust_events import state_event

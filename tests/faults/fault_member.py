@@ -64,7 +64,6 @@ from pathlib import Path
 from typing import Any
 
 from krabka import (
-    TERMS_TOPIC,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
@@ -73,6 +72,7 @@ from krabka import (
     TenureStop,
     TermToken,
 )
+from krabka.defaults import TERMS_TOPIC
 from krabka.kafka import KafkaTransport
 from krabka.options import FENCINGS
 from tests.faults.history import HistoryWriter

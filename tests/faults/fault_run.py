@@ -50,14 +50,10 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
-from krabka import (
-    LeadershipStatus,
-    RoleState,
-    describe_leadership,
-    describe_role_state,
-    role_partition,
-)
+from krabka import LeadershipStatus, describe_leadership, describe_role_state
+from krabka.format.partition import role_partition
 from krabka.kafka import KafkaTransport
+from krabka.rules.state import RoleState
 from tests.faults.history import (
     Attempt,
     HistoryReport,

@@ -95,15 +95,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import (
-    Kind,
-    Record,
-    RoleState,
-    build_role_state,
-    decode_key,
-    decode_lease,
-    role_partition,
-)
+from krabka.format.partition import role_partition
+from krabka.format.records import Kind, decode_key, decode_lease
+from krabka.rules.fold import build_role_state
+from krabka.rules.state import Record, RoleState
 from tests.app.test_app_harness import ROOT, AppGroup, AppWorker, get_json
 from tests.faults.group_changes_app import ROLE_NAMES
 from tests.faults.history import attempts_from_journal, check_history

@@ -82,21 +82,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Literal
 
-from krabka import (
-    NO_EPOCH,
-    TERM_HEADER,
-    Clock,
-    FencedError,
-    FormatError,
-    Leadership,
-    SystemClock,
-    TermFilter,
-    TermStamp,
-    TermToken,
-    decode_barrier,
-    decode_term_header,
-)
+from krabka import FencedError, FormatError, Leadership, TermFilter, TermToken
+from krabka.clock import Clock, SystemClock
 from krabka.format.records import Lease
+from krabka.format.terms import TERM_HEADER, TermStamp, decode_barrier, decode_term_header
+from krabka.format.token import NO_EPOCH
 from krabka.observe.events import change_event
 from krabka.rules.changes import Elected, Renewed
 from krabka.rules.fold import RoleFold

@@ -111,35 +111,29 @@ from dataclasses import dataclass, field
 
 import krabka.runner as runner_module
 from krabka import (
-    TERMS_TOPIC,
     EpochLostError,
     FencedError,
     FencingToken,
-    Kind,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     Rebalancer,
-    RoleFold,
     RunnerObserver,
     RunnerState,
     TenureState,
     TenureStop,
-    TermKind,
-    TermLeadership,
     TransportError,
-    decode_key,
-    decode_lease,
-    decode_term_key,
-    role_partition,
 )
-from krabka.format.records import Lease
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.records import Kind, Lease, decode_key, decode_lease
+from krabka.format.terms import TermKind, decode_term_key
 from krabka.options import Fencing
+from krabka.rules.fold import RoleFold
 from krabka.rules.state import Record, RoleState
 from krabka.term.fold import TermFold, TermView, build_term_view
+from krabka.term.tenure import TermLeadership
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
 from tests.faults.history import (
     FunctionRun,

@@ -52,28 +52,21 @@ import aiokafka.errors
 import pytest
 
 from krabka import (
-    Claim,
     EpochLostError,
     FencedError,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    Lease,
     RunnerObserver,
     RunnerState,
-    TermLeadership,
     acquire_leadership,
-    claim_key,
-    decode_lease,
     describe_role_state,
-    encode_claim,
-    encode_key,
-    encode_lease,
-    encode_term_key,
-    lease_key,
-    role_partition,
 )
+from krabka.format.partition import role_partition
+from krabka.format.records import Lease, decode_lease, encode_key, encode_lease, lease_key
+from krabka.format.terms import Claim, claim_key, encode_claim, encode_term_key
 from krabka.kafka import KafkaTransport, KafkaUnavailableError, ProducerFatalError
+from krabka.term.tenure import TermLeadership
 from tests.faults.fault_run import FaultReport, FaultRun, Timing
 from tests.support.kafka_io import (
     create_state_and_output_topics,

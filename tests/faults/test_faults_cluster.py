@@ -66,7 +66,8 @@ from aiokafka.errors import (
     NotCoordinatorError,
 )
 
-from krabka import FencingToken, LeadershipStatus, describe_leadership, role_partition
+from krabka import FencingToken, LeadershipStatus, describe_leadership
+from krabka.format.partition import role_partition
 from krabka.kafka import KafkaTransport
 from tests.faults.fault_run import FaultReport, FaultRun, Timing, refused_by_broker
 from tests.support.kafka_io import create_state_and_output_topics

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from krabka import FencingToken, Key, Kind, decode_key, role_partition
+from krabka import FencingToken
+from krabka.format.partition import role_partition
+from krabka.format.records import Key, Kind, decode_key
 from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
 from tests.faults.fault_run import TRIALS, FaultRun, Timing
 from tests.faults.history import decode_record

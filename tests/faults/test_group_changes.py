@@ -21,8 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from krabka import encode_key, encode_lease, lease_key, registration_key
-from krabka.format.records import Lease
+from krabka.format.records import Lease, encode_key, encode_lease, lease_key, registration_key
 from tests.faults import group_changes
 from tests.faults.group_changes import (
     PARTITIONS_BACK_SCRIPT,

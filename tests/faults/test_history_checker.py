@@ -10,19 +10,19 @@ import io
 
 import pytest
 
-from krabka import (
+from krabka import TermFilter
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
     TERM_HEADER,
-    TERMS_TOPIC,
     Barrier,
     Claim,
-    TermFilter,
     TermStamp,
     claim_key,
     encode_barrier,
     encode_claim,
     encode_term_header,
     encode_term_key,
-    role_partition,
 )
 from krabka.rules.state import Record
 from tests.faults.history import (

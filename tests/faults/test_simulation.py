@@ -32,17 +32,13 @@ from collections import Counter
 
 import pytest
 
-from krabka import (
-    TERMS_TOPIC,
-    FencedError,
-    MemoryBroker,
-    MemoryTransport,
-    PartitionRead,
-    TermKind,
-    decode_term_key,
-)
+from krabka import FencedError
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.terms import TermKind, decode_term_key
 from krabka.scale.heap import settle_heap
+from krabka.testing import MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
+from krabka.transport import PartitionRead
 from tests.faults.simulation import (
     LIBRARY_FAULTS,
     LIVELOCK_LEASES,

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import TermLeadership, TermToken, acquire_leadership, describe_leadership
+from krabka import TermToken, acquire_leadership, describe_leadership
 from krabka.kafka import KafkaTransport
+from krabka.term.tenure import TermLeadership
 from tests.support.polling import eventually
 from tests.support.processes import ROOT, Service
 

@@ -8,14 +8,10 @@ import uuid
 
 import pytest
 
-from krabka import (
-    FencingToken,
-    GuardedTransaction,
-    acquire_leadership,
-    describe_role_state,
-    role_partition,
-)
+from krabka import FencingToken, acquire_leadership, describe_role_state
+from krabka.format.partition import role_partition
 from krabka.kafka import KafkaTransport
+from krabka.transport import GuardedTransaction
 from tests.support.kafka_io import (
     committed_values,
     create_state_and_output_topics,

@@ -33,30 +33,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from krabka import (
-    NO_EPOCH,
     FormatError,
     Leadership,
-    Lease,
-    Record,
-    Registration,
-    RoleState,
     StateTopicError,
     acquire_leadership,
-    build_role_state,
+    describe_leadership,
+    describe_role_state,
+)
+from krabka.format.partition import role_partition
+from krabka.format.records import (
+    Kind,
+    Lease,
+    Registration,
     decode_key,
     decode_lease,
     decode_registration,
-    describe_leadership,
-    describe_role_state,
     encode_key,
     encode_lease,
     encode_registration,
     lease_key,
     registration_key,
-    role_partition,
 )
-from krabka.format.records import Kind
+from krabka.format.token import NO_EPOCH
 from krabka.kafka import KafkaTransport
+from krabka.rules.fold import build_role_state
+from krabka.rules.state import Record, RoleState
 from tests.support.kafka_io import create_state_and_output_topics
 from tests.support.polling import eventually
 from tests.support.processes import ROOT

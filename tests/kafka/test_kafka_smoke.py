@@ -6,7 +6,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import encode_key, lease_key, role_partition
+from krabka.format.partition import role_partition
+from krabka.format.records import encode_key, lease_key
 
 pytestmark = pytest.mark.integration
 

@@ -28,24 +28,21 @@ from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.metadata import MetadataRequest
 
 import krabka.kafka.transport as kafka_transport_module
-from krabka import (
-    NO_EPOCH,
+from krabka import FencedError, acquire_leadership, describe_leadership
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
     TERM_HEADER,
     Claim,
-    FencedError,
     Heartbeat,
     TermStamp,
-    acquire_leadership,
     claim_key,
-    describe_leadership,
     encode_claim,
     encode_heartbeat,
     encode_term_header,
     encode_term_key,
     heartbeat_key,
-    role_partition,
 )
-from krabka.format.token import FencingToken
+from krabka.format.token import NO_EPOCH, FencingToken
 from krabka.kafka import KafkaTransport, KafkaUnavailableError
 from krabka.kafka.errors import KafkaTransportError, ProducerFatalError
 from krabka.kafka.options import ClientOptions

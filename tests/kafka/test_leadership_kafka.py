@@ -23,20 +23,16 @@ from krabka import (
     FencingToken,
     Leadership,
     LeadershipStatus,
-    TermKind,
-    TermLeadership,
     acquire_leadership,
-    decode_term_key,
     describe_leadership,
     describe_role_state,
-    encode_key,
-    encode_lease,
-    lease_key,
-    rendezvous_weight,
 )
-from krabka.format.records import Lease
+from krabka.format.records import Lease, encode_key, encode_lease, lease_key
+from krabka.format.terms import TermKind, decode_term_key
 from krabka.kafka import KafkaTransport
 from krabka.kafka.protocol.messages import TRANSACTIONAL_ID_NOT_FOUND
+from krabka.rules.evaluate import rendezvous_weight
+from krabka.term.tenure import TermLeadership
 from tests.faults.faults import stop_the_world_until
 from tests.support.kafka_io import (
     committed_values,

@@ -19,13 +19,11 @@ import uuid
 
 import pytest
 
-from krabka import (
+from krabka import TermToken, acquire_leadership, describe_leadership
+from krabka.format.terms import (
     Heartbeat,
     TermKind,
-    TermToken,
-    acquire_leadership,
     decode_term_key,
-    describe_leadership,
     encode_heartbeat,
     encode_term_key,
     heartbeat_key,

@@ -20,14 +20,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import (
-    TERM_HEADER,
-    LeaderRunner,
-    Leadership,
-    LeadershipOptions,
-    TermFilter,
-    decode_term_header,
-)
+from krabka import LeaderRunner, Leadership, LeadershipOptions, TermFilter
+from krabka.format.terms import TERM_HEADER, decode_term_header
 from krabka.kafka import KafkaTransport, KafkaTransportError
 from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.polling import eventually

@@ -17,7 +17,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from deploy import topics
-from krabka import TERMS_TOPIC
+from krabka.defaults import TERMS_TOPIC
 from krabka.kafka import KafkaTransport
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "topics.py"

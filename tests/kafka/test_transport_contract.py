@@ -24,19 +24,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from krabka import (
-    NO_EPOCH,
+from krabka import FencedError, FencingToken, StateTopicError, TransportError
+from krabka.format.partition import murmur2, to_positive
+from krabka.format.terms import (
     TERM_HEADER,
     Barrier,
     Claim,
-    FencedError,
-    FencingToken,
     Heartbeat,
-    PartitionRead,
-    StateTopicError,
     TermStamp,
-    TopicCheck,
-    TransportError,
     barrier_key,
     claim_key,
     encode_barrier,
@@ -45,9 +40,9 @@ from krabka import (
     encode_term_header,
     encode_term_key,
     heartbeat_key,
-    murmur2,
-    to_positive,
 )
+from krabka.format.token import NO_EPOCH
+from krabka.transport import PartitionRead, TopicCheck
 from tests.support import polling
 from tests.support.lease_io import lease_record, registration_record, write_lease
 from tests.support.transport_backends import KafkaBackend, MemoryBackend

@@ -9,7 +9,8 @@ import uuid
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import RoleChange, acquire_leadership, describe_roles, role_partition, watch_roles
+from krabka import RoleChange, acquire_leadership, describe_roles, watch_roles
+from krabka.format.partition import role_partition
 from krabka.kafka import KafkaTransport
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from krabka import Record
+from krabka.rules.state import Record
 
 __all__ = ["FakeEvent", "state_event"]
 

@@ -10,19 +10,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
-from krabka import (
-    RoleState,
-    TermFilter,
-    TermStamp,
-    decode_term_header,
-    describe_leadership,
-    describe_role_state,
-    role_partition,
-)
-from krabka.format.terms import TERM_HEADER
+from krabka import TermFilter, describe_leadership, describe_role_state
+from krabka.format.partition import role_partition
+from krabka.format.terms import TERM_HEADER, TermStamp, decode_term_header
 from krabka.kafka import KafkaTransport
 from krabka.kafka.options import ClientOptions
 from krabka.kafka.producer.coordinators import TransactionCoordinators
+from krabka.rules.state import RoleState
 from krabka.term.fold import TermView, build_term_view
 from tests.support.polling import eventually
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from krabka import (
-    FencingToken,
+from krabka import FencingToken
+from krabka.format.records import (
     Lease,
-    Record,
     Registration,
     encode_key,
     encode_lease,
@@ -13,6 +12,7 @@ from krabka import (
     lease_key,
     registration_key,
 )
+from krabka.rules.state import Record
 
 
 class Log:

@@ -15,17 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from krabka import (
-    LeaderRunner,
-    LeadershipOptions,
-    RoleState,
-    Transport,
-    decode_key,
-    decode_lease,
-)
+from krabka import LeaderRunner, LeadershipOptions, Transport
 from krabka.clock import Clock
-from krabka.format.records import Kind
+from krabka.format.records import Kind, decode_key, decode_lease
 from krabka.observe.watch import watch_roles
+from krabka.rules.state import RoleState
 from krabka.scale.rebalance import Rebalancer
 
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from krabka import (
+from krabka.format.partition import role_partition
+from krabka.format.records import (
     Lease,
-    Record,
     Registration,
     encode_key,
     encode_lease,
     encode_registration,
     lease_key,
     registration_key,
-    role_partition,
 )
+from krabka.rules.state import Record
 
 __all__ = ["RecordedTopic", "record_topic"]
 

@@ -15,23 +15,22 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from krabka import (
-    STATE_TOPIC,
-    TERMS_TOPIC,
-    Clock,
     FencedError,
     FencingToken,
-    GuardedTransaction,
     Leadership,
     LeadershipStatus,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
+    TransportError,
+    acquire_leadership,
+)
+from krabka.clock import Clock
+from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
+from krabka.transport import (
+    GuardedTransaction,
     PartitionRead,
     PartitionTail,
     TopicCheck,
     TopicFacts,
-    TransportError,
-    acquire_leadership,
 )
 from tests.support.loop import run_ready_callbacks
 

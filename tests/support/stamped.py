@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from krabka import TERM_HEADER, TermStamp, encode_term_header
+from krabka.format.terms import TERM_HEADER, TermStamp, encode_term_header
 
 Headers = list[tuple[str, bytes | None]]
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from krabka import (
+from krabka.format.records import (
     Lease,
-    Record,
     Registration,
     encode_key,
     encode_lease,
@@ -21,6 +20,7 @@ from krabka import (
     lease_key,
     registration_key,
 )
+from krabka.rules.state import Record
 
 MEMBERS = ["a", "b", "c"]
 TOKENS = [(1000, 0), (1000, 1), (1000, 2), (7, 0)]

@@ -3,16 +3,16 @@ for tests of the term fold and election that read as specifications."""
 
 from __future__ import annotations
 
-from krabka import (
+from krabka.format.terms import (
     Claim,
     Heartbeat,
-    Record,
     claim_key,
     encode_claim,
     encode_heartbeat,
     encode_term_key,
     heartbeat_key,
 )
+from krabka.rules.state import Record
 
 
 class TermLog:

@@ -8,14 +8,10 @@ import uuid
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
-from krabka import (
-    TERM_HEADER,
-    TermLeadership,
-    TermStamp,
-    acquire_leadership,
-    encode_term_header,
-)
+from krabka import acquire_leadership
+from krabka.format.terms import TERM_HEADER, TermStamp, encode_term_header
 from krabka.kafka import KafkaTransport, KafkaTransportError
+from krabka.term.tenure import TermLeadership
 from tests.support.kafka_io import create_state_and_output_topics, terms_topic_of
 from tests.support.polling import eventually
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from bench.context import Bench, OutputRecord, Timing, fencing_of
 from bench.figures import _filter_zombie
 from bench.stats import Result, table
-from krabka import TERM_HEADER, TermStamp, encode_term_header
+from krabka.format.terms import TERM_HEADER, TermStamp, encode_term_header
 
 TOPIC = "bench-zombie"
 ROLE = "bench.zombie.r.0"

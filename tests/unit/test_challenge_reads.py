@@ -3,18 +3,12 @@ and everything committed since an older read."""
 
 from __future__ import annotations
 
-from krabka import (
-    FencingToken,
-    LeadershipOptions,
-    Lease,
-    MemoryTransport,
-    PartitionRead,
-    encode_key,
-    encode_lease,
-    lease_key,
-    role_partition,
-)
+from krabka import FencingToken, LeadershipOptions
+from krabka.format.partition import role_partition
+from krabka.format.records import Lease, encode_key, encode_lease, lease_key
 from krabka.guarded import commit_lease
+from krabka.testing import MemoryTransport
+from krabka.transport import PartitionRead
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 

@@ -11,7 +11,7 @@ from importlib.metadata import version
 
 import pytest
 
-from krabka import RoleState, RosterEntry, TermStatus, TermToken
+from krabka import TermStatus, TermToken
 from krabka.cli.main import (
     DISTRIBUTION,
     FENCING_VARIABLE,
@@ -23,6 +23,7 @@ from krabka.cli.main import (
     term_status_json,
 )
 from krabka.cli.output import columns, render, timestamp_text, token_text
+from krabka.rules.state import RoleState, RosterEntry
 from tests.support.processes import ROOT
 
 TOKEN = {"producer_id": 4000, "producer_epoch": 7}

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import (
-    FormatError,
+from krabka import FormatError
+from krabka.format.records import (
     Key,
     Kind,
     Lease,

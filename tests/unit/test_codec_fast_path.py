@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import (
+from krabka.format.records import (
     Key,
     Kind,
     Lease,

@@ -21,21 +21,20 @@ from krabka import (
     FencedError,
     InvalidStateError,
     KafkaTransport,
-    KafkaTransportError,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RunnerObserver,
     RunnerState,
     TenureState,
     TransportError,
     describe_role_state,
 )
+from krabka.kafka import KafkaTransportError
 from krabka.kafka.consumer.tail import KafkaTail
 from krabka.kafka.producer.fenced import RoleProducer
 from krabka.tenure import TOPIC_RECHECK_MS
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, STATE, Cluster
 
 ROLE = "billing"

@@ -3,8 +3,10 @@ the token check, the order)."""
 
 import pytest
 
-from krabka import NO_EPOCH, FencingToken, Step, build_role_state, evaluate
-from krabka.rules.evaluate import stagger_ms
+from krabka import FencingToken
+from krabka.format.token import NO_EPOCH
+from krabka.rules.evaluate import Step, evaluate, stagger_ms
+from krabka.rules.fold import build_role_state
 from tests.support.logs import Log
 
 T1 = FencingToken(1000, 0)

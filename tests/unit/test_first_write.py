@@ -8,16 +8,16 @@ import pytest
 
 from krabka import (
     FencingToken,
-    GuardedTransaction,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryTransport,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
 )
+from krabka.testing import MemoryTransport
 from krabka.testing.memory import _MemoryTransaction
+from krabka.transport import GuardedTransaction
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, lead
 
 

@@ -10,20 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from krabka import (
-    Elected,
-    FencingToken,
-    Joined,
-    Left,
-    Record,
-    Renewed,
-    Resigned,
-    RoleFold,
-    RoleState,
-    Skipped,
-    StillVacant,
-    build_role_state,
-)
+from krabka import FencingToken
+from krabka.rules.changes import Elected, Joined, Left, Renewed, Resigned, Skipped, StillVacant
+from krabka.rules.fold import RoleFold, build_role_state
+from krabka.rules.state import Record, RoleState
 from tests.support.logs import Log
 from tests.support.state_logs import partitions
 

@@ -10,22 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from krabka import (
-    STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    PartitionRead,
-    Record,
+from krabka.defaults import STATE_TOPIC
+from krabka.follower import PartitionFollower
+from krabka.format.records import (
     Registration,
-    build_role_state,
     encode_key,
     encode_registration,
     registration_key,
+    role_of,
 )
-from krabka.follower import PartitionFollower
-from krabka.format.records import role_of
-from krabka.transport import PartitionTail
+from krabka.rules.fold import build_role_state
+from krabka.rules.state import Record
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
+from krabka.transport import PartitionRead, PartitionTail
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.support.state_logs import partitions
 

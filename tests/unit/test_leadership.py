@@ -9,17 +9,17 @@ import asyncio
 import pytest
 
 from krabka import (
-    STATE_TOPIC,
     EpochLostError,
     FencedError,
     LeadershipOptions,
-    MemoryTransport,
     StateTopicError,
     TransportError,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
 )
+from krabka.defaults import STATE_TOPIC
+from krabka.testing import MemoryTransport
 from tests.support.loop import run_ready_callbacks
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, SkewedClock, crash, lead
 

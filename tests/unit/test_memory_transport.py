@@ -9,19 +9,10 @@ import itertools
 
 import pytest
 
-from krabka import (
-    STATE_TOPIC,
-    FencedError,
-    FencingToken,
-    Lease,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    StateTopicError,
-    encode_key,
-    encode_lease,
-    lease_key,
-)
+from krabka import FencedError, FencingToken, StateTopicError
+from krabka.defaults import STATE_TOPIC
+from krabka.format.records import Lease, encode_key, encode_lease, lease_key
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
 from krabka.transport import TopicCheck
 from tests.support.lease_io import write_lease

@@ -9,23 +9,13 @@ import asyncio
 
 import pytest
 
-from krabka import (
-    STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    Registration,
-    StateTopicError,
-    acquire_leadership,
-    describe_role_state,
-    describe_roles,
-    encode_key,
-    encode_registration,
-    registration_key,
-    role_partition,
-)
+from krabka import StateTopicError, acquire_leadership, describe_role_state, describe_roles
+from krabka.defaults import STATE_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.records import Registration, encode_key, encode_registration, registration_key
 from krabka.observe.events import LeadershipEvent
 from krabka.observe.watch import watch_events
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 
 PARTITIONS = 4

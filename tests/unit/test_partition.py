@@ -2,7 +2,7 @@
 
 import pytest
 
-from krabka import murmur2, role_partition, to_positive
+from krabka.format.partition import murmur2, role_partition, to_positive
 
 
 @pytest.mark.parametrize(

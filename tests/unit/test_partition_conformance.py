@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from krabka import murmur2, role_partition, to_positive
+from krabka.format.partition import murmur2, role_partition, to_positive
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".cache" / "kafka" / "4.4.0" / "jars"

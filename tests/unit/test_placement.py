@@ -14,18 +14,17 @@ from typing import Any
 
 import pytest
 
-from krabka import (
-    FencingToken,
-    LeadershipOptions,
-    Lease,
-    RoleFold,
+from krabka import FencingToken, LeadershipOptions, acquire_leadership
+from krabka.format.records import Lease
+from krabka.rules.evaluate import (
     Step,
-    acquire_leadership,
-    build_role_state,
+    challengers,
     evaluate,
+    ordered_challengers,
+    out_of_order_slot,
     rendezvous_weight,
 )
-from krabka.rules.evaluate import challengers, ordered_challengers, out_of_order_slot
+from krabka.rules.fold import RoleFold, build_role_state
 from tests.support.logs import Log
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "placement.json")

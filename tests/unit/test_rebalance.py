@@ -9,14 +9,11 @@ from __future__ import annotations
 import asyncio
 from itertools import pairwise
 
-from krabka import (
-    LeadershipOptions,
-    Lease,
-    RoleState,
-    RosterEntry,
-)
+from krabka import LeadershipOptions
 from krabka.clock import ManualClock
+from krabka.format.records import Lease
 from krabka.rules.evaluate import ordered_challengers
+from krabka.rules.state import RoleState, RosterEntry
 from krabka.runner import RunnerState
 from krabka.scale.rebalance import LANDING_POLL, Rebalancer, plan
 from tests.support.loop import run_ready_callbacks

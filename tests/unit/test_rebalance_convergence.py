@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from krabka import Lease, RoleState, RosterEntry
+from krabka.format.records import Lease
 from krabka.rules.evaluate import ordered_challengers
+from krabka.rules.state import RoleState, RosterEntry
 from krabka.scale.rebalance import plan
 
 NOW = 1_000_000

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from krabka import encode_key, encode_lease
-from krabka.format.records import Lease, lease_key, registration_key
+from krabka.format.records import Lease, encode_key, encode_lease, lease_key, registration_key
 from tests.support.rebalancing import long_vacancies, replaced_without_resignation, role_history
 
 

@@ -10,20 +10,13 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from krabka import (
-    STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    PartitionRead,
-    Registration,
-    build_role_state,
-    encode_key,
-    encode_registration,
-    registration_key,
-)
+from krabka.defaults import STATE_TOPIC
 from krabka.follower import PartitionFollower
+from krabka.format.records import Registration, encode_key, encode_registration, registration_key
+from krabka.rules.fold import build_role_state
 from krabka.shared_fold import lease_length_ms
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
+from krabka.transport import PartitionRead
 from tests.support.sim import LEASE
 from tests.support.state_logs import partitions
 

@@ -1,8 +1,14 @@
 """build_role_state: the roster, the holder, the tenure and the skip-and-count rules."""
 
-from krabka import FencingToken, Registration, build_role_state, encode_registration
-from krabka.format.records import encode_key, lease_key, registration_key
-from krabka.rules.fold import RoleFold
+from krabka import FencingToken
+from krabka.format.records import (
+    Registration,
+    encode_key,
+    encode_registration,
+    lease_key,
+    registration_key,
+)
+from krabka.rules.fold import RoleFold, build_role_state
 from tests.support.logs import Log
 
 T1 = FencingToken(1000, 0)

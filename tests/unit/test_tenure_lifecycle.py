@@ -18,27 +18,20 @@ import pytest
 from krabka import (
     FencedError,
     InvalidStateError,
-    Kind,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    Lease,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     OutcomeUnknownError,
     RunnerObserver,
     TenureState,
     TransportError,
     acquire_leadership,
-    decode_key,
     describe_leadership,
     describe_role_state,
-    encode_key,
-    encode_lease,
-    lease_key,
-    role_partition,
 )
+from krabka.format.partition import role_partition
+from krabka.format.records import Kind, Lease, decode_key, encode_key, encode_lease, lease_key
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.loop import run_ready_callbacks
 from tests.support.sim import LEASE, RENEW, STAGGER, STATE, Cluster, crash
 

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import (
+from krabka import FormatError
+from krabka.format.records import decode_key, encode_key, lease_key, registration_key
+from krabka.format.terms import (
     Barrier,
     Claim,
-    FormatError,
     Heartbeat,
     TermKey,
     TermKind,
@@ -20,18 +21,14 @@ from krabka import (
     decode_barrier,
     decode_claim,
     decode_heartbeat,
-    decode_key,
     decode_term_header,
     decode_term_key,
     encode_barrier,
     encode_claim,
     encode_heartbeat,
-    encode_key,
     encode_term_header,
     encode_term_key,
     heartbeat_key,
-    lease_key,
-    registration_key,
 )
 
 I64 = st.integers(-(2**63), 2**63 - 1)

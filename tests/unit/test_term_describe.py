@@ -13,26 +13,27 @@ from __future__ import annotations
 import pytest
 
 from krabka import (
-    NO_EPOCH,
-    TERM_HEADER,
-    Claim,
     FencingToken,
     LeadershipStatus,
-    ManualClock,
     StateTopicError,
     TermFilter,
     TermStatus,
     TermToken,
-    claim_key,
     describe_leadership,
-    describe_term_roles,
+)
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
+    TERM_HEADER,
+    Claim,
+    TermStamp,
+    claim_key,
     encode_claim,
     encode_term_header,
     encode_term_key,
-    partition_highest_terms,
-    role_partition,
 )
-from krabka.format.terms import TermStamp
+from krabka.format.token import NO_EPOCH
+from krabka.term.describe import describe_term_roles, partition_highest_terms
+from krabka.testing import ManualClock
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.unit.test_term_leadership import TERM, lead
 

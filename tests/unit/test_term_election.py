@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import FencingToken, build_role_state
+from krabka import FencingToken
 from krabka.rules.evaluate import challenger_index
+from krabka.rules.fold import build_role_state
 from krabka.term.election import TermStep, deposed, evaluate_term
 from krabka.term.fold import build_term_view
 from tests.support.logs import Log

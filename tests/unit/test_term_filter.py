@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import TERM_HEADER, FormatError, TermFilter
+from krabka import FormatError, TermFilter
+from krabka.format.terms import TERM_HEADER
 from tests.support.stamped import UNSTAMPED, barrier, data
 
 T, P = "orders", 0

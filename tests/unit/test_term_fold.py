@@ -11,8 +11,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krabka import Record, TermKind, claim_key, decode_term_key, encode_term_key
-from krabka.format.terms import barrier_key
+from krabka.format.terms import TermKind, barrier_key, claim_key, decode_term_key, encode_term_key
+from krabka.rules.state import Record
 from krabka.term.compaction import settled_claims
 from krabka.term.fold import TermClaim, TermFold, build_term_view
 from tests.support.term_logs import TermLog, compacted

@@ -17,23 +17,27 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from krabka import (
-    TERMS_TOPIC,
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RunnerObserver,
     TermFilter,
-    TermLeadership,
     TermToken,
     TransportError,
     acquire_leadership,
-    decode_term_header,
-    role_partition,
 )
-from krabka.format.terms import TERM_HEADER, TermKind, decode_heartbeat, decode_term_key
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
+    TERM_HEADER,
+    TermKind,
+    decode_heartbeat,
+    decode_term_header,
+    decode_term_key,
+)
 from krabka.term.fold import build_term_view
+from krabka.term.tenure import TermLeadership
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"

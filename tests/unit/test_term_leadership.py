@@ -13,28 +13,31 @@ import logging
 import pytest
 
 from krabka import (
-    TERMS_TOPIC,
     CompactedOutputError,
     FencedError,
-    MemoryTransport,
     TermFilter,
-    TermKind,
-    TermLeadership,
     TermToken,
     TransportError,
     UndeclaredTopicError,
+)
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.terms import (
+    TERM_HEADER,
+    Claim,
+    TermKind,
     claim_key,
     decode_heartbeat,
     decode_term_header,
     decode_term_key,
     encode_claim,
     encode_term_key,
-    role_partition,
 )
-from krabka.format.terms import TERM_HEADER, Claim
 from krabka.term.fold import build_term_view
 from krabka.term.follower import TermFollower
 from krabka.term.outputs import compacts
+from krabka.term.tenure import TermLeadership
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash
 
 TERM = {"fencing": "term", "outputs": ("out",)}

@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from krabka import (
-    TERMS_TOPIC,
-    Claim,
-    MemoryBroker,
-    MemoryTransport,
-    TermFilter,
-    claim_key,
-    encode_claim,
-    encode_term_key,
-    highest_terms,
-    role_partition,
-    seed_filter,
-)
+from krabka import TermFilter
+from krabka.defaults import TERMS_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.terms import Claim, claim_key, encode_claim, encode_term_key
+from krabka.term.seed import highest_terms, seed_filter
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.stamped import data
 
 PARTITIONS = 4

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from krabka import (
+from krabka import FormatError
+from krabka.format.terms import (
     Barrier,
     Claim,
-    FormatError,
     Heartbeat,
     TermKey,
     TermStamp,

@@ -8,18 +8,12 @@ import asyncio
 
 import pytest
 
-from krabka import (
-    MemoryTransport,
-    StateTopicError,
-    TermElected,
-    TermPartitionFold,
-    TermResigned,
-    TermToken,
-    role_partition,
-    watch_term_events,
-)
+from krabka import StateTopicError, TermToken
+from krabka.format.partition import role_partition
 from krabka.observe.events import LeadershipEvent, describe, term_change_event
-from krabka.term.fold import TermClaim, TermFold
+from krabka.term.fold import TermClaim, TermElected, TermFold, TermPartitionFold, TermResigned
+from krabka.term.watch import watch_term_events
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, Cluster, crash
 from tests.support.term_logs import TermLog
 from tests.unit.test_term_leadership import TERM, lead

@@ -1,6 +1,7 @@
 """Fencing tokens: ordering for display, equality for authority."""
 
-from krabka import NO_EPOCH, FencingToken, LeadershipStatus
+from krabka import FencingToken, LeadershipStatus
+from krabka.format.token import NO_EPOCH
 
 
 def test_tokens_order_by_producer_id_first():

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-import krabka
-from krabka import (
-    FormatError,
+from krabka import FormatError
+from krabka.format.records import (
     Key,
     Lease,
     Registration,
@@ -27,6 +26,8 @@ from krabka import (
     encode_lease,
     encode_registration,
 )
+from krabka.rules.fold import build_role_state
+from krabka.rules.state import Record
 
 VECTORS_FILE = Path(__file__).parent / "vectors" / "records.json"
 VECTORS = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
@@ -157,14 +158,14 @@ def records_with(tombstone: dict[str, Any], *values: bytes | None) -> list[Any]:
     """Records at offsets 0, 1, ... under the tombstone's key, carrying `values`."""
     key = bytes.fromhex(VALID_BY_NAME[tombstone["key"]]["hex"])
     return [
-        krabka.Record(offset, key, value, 1_700_000_000_000 + offset)
+        Record(offset, key, value, 1_700_000_000_000 + offset)
         for offset, value in enumerate(values)
     ]
 
 
 def role_state(tombstone: dict[str, Any], *values: bytes | None) -> Any:
     role = VALID_BY_NAME[tombstone["key"]]["fields"]["role"]
-    return krabka.build_role_state(role, records_with(tombstone, *values))
+    return build_role_state(role, records_with(tombstone, *values))
 
 
 def is_in_effect(tombstone: dict[str, Any], state: Any) -> bool:

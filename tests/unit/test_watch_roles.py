@@ -14,28 +14,14 @@ import asyncio
 
 import pytest
 
-from krabka import (
-    STATE_TOPIC,
-    Elected,
-    FormatError,
-    Joined,
-    PartitionRead,
-    PartitionTail,
-    Renewed,
-    RoleChange,
-    RoleFold,
-    RoleWatch,
-    StateTopicError,
-    TopicCheck,
-    TopicFacts,
-    build_role_state,
-    decode_key,
-    describe_roles,
-    encode_key,
-    registration_key,
-    role_partition,
-    watch_roles,
-)
+from krabka import FormatError, RoleChange, StateTopicError, describe_roles, watch_roles
+from krabka.defaults import STATE_TOPIC
+from krabka.format.partition import role_partition
+from krabka.format.records import decode_key, encode_key, registration_key
+from krabka.observe.watch import RoleWatch
+from krabka.rules.changes import Elected, Joined, Renewed
+from krabka.rules.fold import RoleFold, build_role_state
+from krabka.transport import PartitionRead, PartitionTail, TopicCheck, TopicFacts
 from tests.support.sim import Cluster, crash
 
 PARTITIONS = 4
