@@ -146,8 +146,11 @@ class Installation:
 
 def kafka_transport_factory(settings: Settings) -> TransportFactory:
     """Connect the coordination library to the cluster the app consumes from."""
-    from krabka.kafka import KafkaTransport  # aiokafka clients only when running
+    from krabka.kafka import KafkaTransport, register_error_codes  # only when running
 
+    # Faust's transactional producers meet PRODUCER_FENCED (90) before the
+    # role service creates its first transport: aiokafka must know the code.
+    register_error_codes()
     return lambda: KafkaTransport(settings.bootstrap_servers, topic=settings.state_topic,
                                   terms_topic=settings.terms_topic,
                                   **settings.connection.client_options())

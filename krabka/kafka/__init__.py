@@ -5,10 +5,12 @@ their committed offsets through `commit_marks` and `resume`
 (`krabka.kafka.consumer.term_offsets`).
 
 Imports aiokafka; the core library does not need it. A `KafkaTransport`
-registers broker codes 90 and 105 with aiokafka when it is created (see
-`krabka.kafka.protocol.messages`). Importing the adapter refuses an aiokafka
-version outside the tested range, unless ``COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1``
-(see `krabka.kafka.aiokafka_internals`, which checks it before it imports
+registers broker codes 90 and 105 with aiokafka when it is created; a
+process whose own aiokafka clients may meet them first (the worker's Faust
+producers) calls `register_error_codes` itself, once, before they start.
+Importing the adapter refuses an aiokafka version outside the tested range,
+unless ``COORDINATION_ALLOW_UNTESTED_AIOKAFKA=1`` (see
+`krabka.kafka.aiokafka_internals`, which checks it before it imports
 aiokafka's private modules).
 """
 
@@ -30,6 +32,7 @@ from krabka.kafka.errors import (
     MarksTooLargeError,
     ProducerFatalError,
 )
+from krabka.kafka.protocol.messages import register_error_codes
 from krabka.kafka.transport import KafkaTransport
 
 __all__ = [
@@ -48,5 +51,6 @@ __all__ = [
     "commit_marks",
     "marks_metadata",
     "member_acls",
+    "register_error_codes",
     "resume",
 ]

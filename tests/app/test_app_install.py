@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import subprocess
+import sys
+from pathlib import Path
 
 import faust
 import pytest
@@ -325,3 +328,22 @@ async def test_every_runner_of_a_term_mode_worker_runs_term_mode_with_its_role_s
     finally:
         await installation.service.stop()
 
+
+
+WORKER_ERROR_TABLE_PROBE = """
+from aiokafka.errors import UnknownError, for_code
+from app.install import kafka_transport_factory
+from app.settings import Settings
+assert for_code(90) is UnknownError, "changed at import"
+kafka_transport_factory(Settings())
+assert for_code(90).__name__ == "ProducerFencedError", for_code(90)
+assert for_code(105).__name__ == "TransactionalIdNotFoundError", for_code(105)
+"""
+
+
+def test_the_worker_teaches_aiokafka_the_fencing_codes_before_its_faust_producers_start():
+    # Its own process: aiokafka's error table is global. No transport is created.
+    done = subprocess.run([sys.executable, "-c", WORKER_ERROR_TABLE_PROBE], capture_output=True,
+                          text=True, timeout=60, check=False,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
