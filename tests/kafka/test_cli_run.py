@@ -35,9 +35,10 @@ STAGGER = 0.5
 GRACE = 0.5
 """The default grace for this lease: min(2 s, margin / 2), the margin being lease / 3."""
 CHANGES = 20
-TAKEOVER_SLACK = 2.0
+TAKEOVER_SLACK = 3.0
 """Seconds a takeover may take beyond the lease and the stagger: the
-challenge's own requests and the command's start on a busy machine."""
+standby's jittered tail reads, the challenge's own requests (in term mode
+the claim's read-back) and the command's start on a busy machine."""
 
 COMMAND = '''
 import os, signal, sys, time
