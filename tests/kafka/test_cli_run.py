@@ -10,6 +10,7 @@ stopped by SIGKILL writes no stop; the test notes when its PID was gone.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -202,7 +203,8 @@ async def test_two_runs_of_a_role_never_run_their_commands_at_once(
                 lambda seen, count=count: len([n for n in seen if n.kind == "start"]) > count,
                 LEASE + STAGGER + TAKEOVER_SLACK + 5)
             successor = [note for note in later if note.kind == "start"][-1]
-            assert successor.pid != leader.pid and successor.parent != slots[member].pid
+            assert successor.pid != leader.pid
+            assert successor.parent != slots[member].pid
             assert successor.at - signalled < (LEASE + STAGGER + TAKEOVER_SLACK) * 1e9
             slots[member] = krabka_run(started, role, member, common, argv)
     finally:
@@ -215,7 +217,7 @@ async def test_two_runs_of_a_role_never_run_their_commands_at_once(
     assert len(starts) == CHANGES + 1
     intervals = sorted((start.at, stops[start.pid]) for start in starts if start.pid in stops)
     assert len(intervals) == len(starts)
-    for (_, ended), (began, _) in zip(intervals, intervals[1:], strict=False):
+    for (_, ended), (began, _) in itertools.pairwise(intervals):
         assert ended < began, "two commands of one role ran at once"
     tokens = [start.token for start in starts]
     assert len(set(tokens)) == len(tokens), "each command ran under a tenure of its own"
@@ -278,7 +280,8 @@ async def test_elect_prints_its_election_and_on_sigint_resigns_and_exits_0(
     first.signal(signal.SIGINT)
     assert first.process.wait(15) == 0, "".join(first.stderr)
     lost = first.wait_for("lost", 5, member="a")
-    assert lost["reason"] == "stopped" and lost["token"] == elected["token"]
+    assert lost["reason"] == "stopped"
+    assert lost["token"] == elected["token"]
     # The resignation lets the standby in now, long before the 30 s lease would lapse.
     taken = second.wait_for("elected", 15, member="b")
     assert taken["token"] != elected["token"]
