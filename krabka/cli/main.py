@@ -7,6 +7,9 @@
                        status, roster size (each partition read once)
     watch [ROLE ...]   follow the state topic and print each leadership change
                        as it is committed, until Ctrl-C or SIGTERM
+    run ROLE -- COMMAND  run COMMAND only while this member leads ROLE (docs/run.md)
+    elect ROLE         stand for ROLE and print each change of this member's
+                       tenure; --observe prints the holder's changes instead
 
 --fencing term (or COORDINATION_FENCING=term) reads term-mode roles: describe,
 state and roles read the terms topic (--terms-topic) to its end and show each
@@ -46,6 +49,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TextIO
 
 from krabka import defaults
+from krabka.cli import elect, run
 from krabka.cli.output import render
 from krabka.clock import SystemClock
 from krabka.errors import ConfigurationError, StateTopicError
@@ -193,6 +197,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="the roles to watch (default: every role)")
     watch.add_argument("--from-beginning", action="store_true",
                        help="print the changes already in the log first")
+    run.add_parser(commands, [common, partitions])
+    elect.add_parser(commands, [common, partitions])
     return parser
 
 
@@ -310,6 +316,7 @@ async def _run(args: argparse.Namespace, table: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and print its result; see the module docstring."""
     parser = _parser()
+    argv, command = run.split_command(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         args.fencing = check_fencing(args.fencing)
@@ -319,6 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("fence deposes an epoch-mode holder with InitProducerId; a term-mode "
                      "holder is deposed by a claim of a higher term, which this CLI does not "
                      f"make (drop --fencing term, or ${FENCING_VARIABLE})")
+    if args.command == run.COMMAND:
+        return run.main(args, command)
+    if args.command == elect.COMMAND:
+        return elect.main(args, table=output_format(args.output, sys.stdout) == "table")
     try:
         asyncio.run(_run(args, table=output_format(args.output, sys.stdout) == "table"))
     except ConfigurationError as exc:
