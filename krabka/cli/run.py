@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import enum
 import logging
+import math
 import os
 import random
 import shutil
@@ -33,9 +34,11 @@ from typing import Any
 
 from krabka.cli.campaign import add_campaign_arguments, campaign_member, campaign_options
 from krabka.cli.child import Child, exit_status
+from krabka.cli.health_server import HealthServer
 from krabka.clock import Clock, SystemClock
 from krabka.errors import ConfigurationError, CoordinationError
 from krabka.format.token import FencingToken, TermToken
+from krabka.health import LeadershipHealth
 from krabka.kafka import Connection, KafkaTransport
 from krabka.options import LeadershipOptions
 from krabka.runner import MAX_BACKOFF, LeaderRunner, RunnerObserver, TenureStop, backoff_delay
@@ -144,6 +147,16 @@ class RunSettings:
     options: LeadershipOptions
     grace: float
     on_exit: OnExit
+    health: HealthEndpoint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEndpoint:
+    """Where ``--health-port`` serves liveness, and its tolerance in seconds."""
+
+    host: str
+    port: int
+    tolerance: float
 
 
 class Singleton:
@@ -307,6 +320,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                      help="seconds between SIGTERM and SIGKILL of the command's process "
                           "group (default min(2, fence margin / 2)); never past the fence "
                           "deadline")
+    run.add_argument("--health-port", type=int, default=None, metavar="PORT",
+                     help="serve liveness on PORT: 200, or 503 while this member leads "
+                          "with its renewal overdue past --health-tolerance")
+    run.add_argument("--health-host", default="0.0.0.0", metavar="HOST",
+                     help="the address --health-port listens on (default all interfaces)")
+    run.add_argument("--health-tolerance", type=float, default=None, metavar="SECONDS",
+                     help="seconds a leader's renewal may be overdue before liveness "
+                          "fails (default the lease duration)")
     run.add_argument("--on-exit", choices=[choice.value for choice in OnExit],
                      default=OnExit.RESIGN.value,
                      help="when the command exits by itself: resign and campaign again "
@@ -321,7 +342,24 @@ def _settings(args: argparse.Namespace, command: Sequence[str]) -> RunSettings:
     options = campaign_options(args)
     grace = default_grace(options) if args.grace is None else args.grace
     check_grace(grace, options)
-    return RunSettings(args.role, member, tuple(command), options, grace, OnExit(args.on_exit))
+    return RunSettings(args.role, member, tuple(command), options, grace, OnExit(args.on_exit),
+                       _health_endpoint(args, options))
+
+
+def _health_endpoint(args: argparse.Namespace,
+                     options: LeadershipOptions) -> HealthEndpoint | None:
+    if args.health_port is None:
+        if args.health_tolerance is not None:
+            raise ValueError("--health-tolerance needs --health-port")
+        return None
+    if not 0 <= args.health_port <= 65535:
+        raise ValueError(f"--health-port must be 0 to 65535, got {args.health_port}")
+    tolerance = (options.lease_duration if args.health_tolerance is None
+                 else args.health_tolerance)
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"--health-tolerance must be a positive number of seconds, "
+                         f"got {tolerance!r}")
+    return HealthEndpoint(args.health_host, args.health_port, tolerance)
 
 
 async def _run(args: argparse.Namespace, settings: RunSettings) -> int:
@@ -335,6 +373,13 @@ async def _run(args: argparse.Namespace, settings: RunSettings) -> int:
             transport, settings.role, settings.member, singleton.lead,
             options=settings.options, clock=clock, observer=_Report(settings),
             stop_timeout=settings.grace + STOP_SLACK)
+        health = None
+        if settings.health is not None:
+            endpoint = settings.health
+            health = HealthServer(LeadershipHealth([runner], tolerance=endpoint.tolerance),
+                                  endpoint.host, endpoint.port)
+            await health.start()
+            _say(f"liveness on {endpoint.host}:{health.port}")
         loop = asyncio.get_running_loop()
         stopped_by: list[int] = []
         stop = asyncio.Event()
@@ -359,6 +404,8 @@ async def _run(args: argparse.Namespace, settings: RunSettings) -> int:
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+            if health is not None:
+                await health.stop()
     if stopped_by:
         return 128 + stopped_by[0]
     if singleton.status is not None:
@@ -383,4 +430,7 @@ def main(args: argparse.Namespace, command: Sequence[str] | None) -> int:
         return EXIT_USAGE
     except CoordinationError as exc:
         print(f"krabka run: error: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except OSError as exc:  # the health port cannot be listened on
+        print(f"krabka run: error: --health-port: {exc}", file=sys.stderr)
         return EXIT_CLUSTER

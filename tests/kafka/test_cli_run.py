@@ -9,6 +9,7 @@ stopped by SIGKILL writes no stop; the test notes when its PID was gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -264,6 +265,30 @@ async def test_run_with_on_exit_exit_ends_with_the_commands_status_and_resigns(
     began = time.monotonic()
     elect.wait_for("elected", 30, member="b")
     assert time.monotonic() - began < LEASE
+
+
+async def test_run_serves_liveness_on_its_health_port_while_it_leads(
+        kafka_bootstrap, topics, command, tmp_path, started):
+    role = f"test.run-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "commands"
+    runner = krabka_run(started, role, "a",
+                        [*flags(kafka_bootstrap, topics, "epoch"), "--health-port", "0",
+                         "--health-host", "127.0.0.1"],
+                        [sys.executable, str(command), str(log)])
+    try:
+        said = await eventually(lambda: _stderr(runner), lambda err: "liveness on" in err, 60)
+        port = int(said.split("liveness on 127.0.0.1:")[1].split()[0])
+        await eventually(lambda: _notes(log), lambda seen: len(seen) >= 1, 60)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /health HTTP/1.1\r\nHost: probe\r\n\r\n")
+        response = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n"), response
+        assert b'"healthy": true' in response
+    finally:
+        runner.signal(signal.SIGTERM)
+        runner.process.wait(15)
+        stop_commands(log)
 
 
 async def test_elect_prints_its_election_and_on_sigint_resigns_and_exits_0(
