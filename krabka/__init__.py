@@ -48,7 +48,8 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 
 from krabka.clock import Clock, ManualClock, SystemClock
 from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
-from krabka.epoch.candidate import FirstWrite, acquire_leadership
+from krabka.acquire import acquire_leadership
+from krabka.epoch.candidate import FirstWrite
 from krabka.epoch.tenure import EpochLeadership
 from krabka.errors import (
     CompactedOutputError,
