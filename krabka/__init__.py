@@ -46,11 +46,11 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 ``tables``) builds on it.
 """
 
+from krabka.acquire import acquire_leadership
 from krabka.clock import Clock, ManualClock, SystemClock
 from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
-from krabka.acquire import acquire_leadership
 from krabka.epoch.candidate import FirstWrite
-from krabka.epoch.tenure import EpochLeadership
+from krabka.epoch.tenure import EpochLeadership, GuardedWriter
 from krabka.errors import (
     CompactedOutputError,
     ConfigurationError,
@@ -102,7 +102,6 @@ from krabka.format.terms import (
     heartbeat_key,
 )
 from krabka.format.token import NO_EPOCH, FencingToken, TermToken, Token
-from krabka.guarded import GuardedWriter
 from krabka.kafka import (
     KafkaTransport,
     KafkaTransportError,
