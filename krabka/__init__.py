@@ -47,7 +47,7 @@ The package has no Faust import; the worker application (``app``, ``agents``,
 """
 
 from krabka.acquire import acquire_leadership
-from krabka.clock import Clock, ManualClock, SystemClock
+from krabka.clock import Clock, SystemClock
 from krabka.defaults import STATE_TOPIC, TERMS_TOPIC
 from krabka.epoch.candidate import FirstWrite
 from krabka.epoch.tenure import EpochLeadership, GuardedWriter
@@ -142,7 +142,6 @@ from krabka.term.fold import TermChange, TermElected, TermPartitionFold, TermRes
 from krabka.term.seed import highest_terms, seed_filter
 from krabka.term.tenure import TermLeadership, TermWriter
 from krabka.term.watch import watch_term_events
-from krabka.testing.memory import MemoryBroker, MemoryTransport
 from krabka.transport import (
     Coordinator,
     GuardedTransaction,
@@ -196,9 +195,6 @@ __all__ = [
     "Lease",
     "LeaseWriter",
     "Left",
-    "ManualClock",
-    "MemoryBroker",
-    "MemoryTransport",
     "Move",
     "OutOfOrder",
     "OutcomeUnknownError",

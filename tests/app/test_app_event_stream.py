@@ -18,8 +18,6 @@ from app.web.feed import Dropped, EventFeed
 from krabka import (
     STATE_TOPIC,
     LeadershipEvent,
-    ManualClock,
-    MemoryBroker,
     Record,
     Registration,
     encode_key,
@@ -27,6 +25,7 @@ from krabka import (
     registration_key,
     role_partition,
 )
+from krabka.testing import ManualClock, MemoryBroker
 from tests.app.test_app_web import A_PARTS, B_PARTS, StaticRouter, Worker, roles_in
 from tests.support.faust_events import state_event
 from tests.support.polling import eventually

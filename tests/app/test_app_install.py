@@ -26,8 +26,8 @@ from app.install import (
     install,
 )
 from app.settings import Settings
-from krabka import MemoryBroker, MemoryTransport
 from krabka.kafka import Connection
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 
 SETTINGS = Settings(connection=Connection("k1:9092"), app_id="user-app", partitions=4,

@@ -21,16 +21,9 @@ from app.factory import build, create_app
 from app.install import install
 from app.metrics import BUILD_INFO, FOLD_LAG, READY, Cardinality, Metrics
 from app.settings import Settings
-from krabka import (
-    STATE_TOPIC,
-    InvalidStateError,
-    Leadership,
-    LeadershipOptions,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-)
+from krabka import STATE_TOPIC, InvalidStateError, Leadership, LeadershipOptions
 from krabka.cli.main import installed_version
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 

@@ -20,14 +20,9 @@ from app import health
 from app.factory import build
 from app.readiness import ClusterWatch, ReadinessBounds, Snapshot, assess, fold_lag_of
 from app.settings import Settings
-from krabka import (
-    STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    TransportError,
-)
+from krabka import STATE_TOPIC, TransportError
 from krabka.tenure import renewal_delay_ms
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.ports import free_port
 from tests.support.sim import LEASE, RENEW, Cluster
 

@@ -26,18 +26,8 @@ from agents.rebalancing import (
 from agents.roles import RoleRunner
 from app.factory import build
 from app.settings import Settings
-from krabka import (
-    STATE_TOPIC,
-    LeaderRunner,
-    Leadership,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    Move,
-    Rebalancer,
-    TransportError,
-    plan,
-)
+from krabka import STATE_TOPIC, LeaderRunner, Leadership, Move, Rebalancer, TransportError, plan
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.ports import free_port
 from tests.support.rebalancing import vacancies
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster

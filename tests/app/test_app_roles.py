@@ -16,14 +16,13 @@ from krabka import (
     STATE_TOPIC,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RenewalLatencyAdmission,
     RunnerState,
     TransportError,
     describe_leadership,
     describe_role_state,
 )
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 

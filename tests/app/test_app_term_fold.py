@@ -24,9 +24,6 @@ from app.settings import Settings
 from app.web.term_view import term_detail, term_fields, term_status
 from krabka import (
     STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     Record,
     Registration,
     TermToken,
@@ -36,6 +33,7 @@ from krabka import (
 )
 from krabka import role_partition as partition_of
 from krabka.observe.events import describe
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.event_schema import published
 from tests.support.faust_events import state_event
 from tests.support.loop import run_ready_callbacks

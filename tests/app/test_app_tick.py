@@ -15,15 +15,8 @@ from agents.fold.agent import apply_tick, ticked
 from agents.fold.rules import expire, fold
 from app.factory import build
 from app.settings import Settings
-from krabka import (
-    STATE_TOPIC,
-    FencingToken,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    Record,
-    role_partition,
-)
+from krabka import STATE_TOPIC, FencingToken, Record, role_partition
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.faust_events import state_event
 from tests.support.logs import Log
 

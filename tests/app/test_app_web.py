@@ -20,15 +20,13 @@ from krabka import (
     STATE_TOPIC,
     TERMS_TOPIC,
     Claim,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     Record,
     claim_key,
     encode_claim,
     encode_term_key,
     role_partition,
 )
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.logs import Log
 from tests.support.ports import free_port
 

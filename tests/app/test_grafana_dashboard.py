@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.factory import build
 from app.metrics import Cardinality
 from app.settings import Settings
-from krabka import MemoryTransport
+from krabka.testing import MemoryTransport
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / \
     "krabka-coordination.json"

@@ -69,8 +69,8 @@ async def use_the_worker_app() -> None:
     worker's classes, as a running worker does."""
     from app.install import install
     from app.settings import Settings
-    from krabka import MemoryBroker, MemoryTransport
     from krabka.kafka import Connection
+    from krabka.testing import MemoryBroker, MemoryTransport
     from tests.app.test_app_install import GOOD, user_app
 
     app = user_app()

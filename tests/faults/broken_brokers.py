@@ -7,7 +7,7 @@ that the suite notices each rule missing.
 
 from __future__ import annotations
 
-from krabka import MemoryBroker
+from krabka.testing import MemoryBroker
 
 __all__ = ["BROKEN_BROKERS"]
 

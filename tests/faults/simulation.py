@@ -119,9 +119,6 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     Rebalancer,
     RoleFold,
     RunnerObserver,
@@ -140,6 +137,7 @@ from krabka.format.records import Lease
 from krabka.options import Fencing
 from krabka.rules.state import Record, RoleState
 from krabka.term.fold import TermFold, TermView, build_term_view
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
 from tests.faults.history import (
     FunctionRun,

@@ -32,16 +32,9 @@ from collections import Counter
 
 import pytest
 
-from krabka import (
-    TERMS_TOPIC,
-    FencedError,
-    MemoryBroker,
-    MemoryTransport,
-    PartitionRead,
-    TermKind,
-    decode_term_key,
-)
+from krabka import TERMS_TOPIC, FencedError, PartitionRead, TermKind, decode_term_key
 from krabka.scale.heap import settle_heap
+from krabka.testing import MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
 from tests.faults.simulation import (
     LIBRARY_FAULTS,

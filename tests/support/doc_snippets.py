@@ -268,7 +268,8 @@ async def run_snippets(page_snippets: Sequence[Snippet]) -> dict[str, Any]:
     `MemoryBroker`; then drive the roles they declared. Returns the namespace."""
     import krabka
     import krabka.kafka
-    from krabka import MemoryBroker, MemoryTransport, defaults
+    from krabka import defaults
+    from krabka.testing import MemoryBroker, MemoryTransport
 
     broker = MemoryBroker()
     for topic in (defaults.STATE_TOPIC, defaults.TERMS_TOPIC):
@@ -316,7 +317,8 @@ def _installations(namespace: dict[str, Any]) -> list[Any]:
 
 async def _drive_declared_roles(broker: Any, installations: Sequence[Any]) -> None:
     """Run each role declared on the page's worker `installations` once, as its leader."""
-    from krabka import MemoryTransport, acquire_leadership
+    from krabka import acquire_leadership
+    from krabka.testing import MemoryTransport
 
     for installation in installations:
         settings = installation.context.settings

@@ -23,9 +23,6 @@ from krabka import (
     GuardedTransaction,
     Leadership,
     LeadershipStatus,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     PartitionRead,
     PartitionTail,
     TopicCheck,
@@ -33,6 +30,7 @@ from krabka import (
     TransportError,
     acquire_leadership,
 )
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.loop import run_ready_callbacks
 
 STATE = STATE_TOPIC

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from krabka import ManualClock, MemoryBroker, MemoryTransport
 from krabka.kafka import KafkaTransport
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.testing.memory import MemoryRecord
 from tests.faults.broken_brokers import BROKEN_BROKERS
 from tests.support import polling

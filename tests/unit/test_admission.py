@@ -12,7 +12,8 @@ import logging
 
 import pytest
 
-from krabka import LeaderRunner, LeadershipOptions, ManualClock, RenewalLatencyAdmission
+from krabka import LeaderRunner, LeadershipOptions, RenewalLatencyAdmission
+from krabka.testing import ManualClock
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 TERM = {"fencing": "term", "outputs": ("out",)}

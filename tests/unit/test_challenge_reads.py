@@ -7,7 +7,6 @@ from krabka import (
     FencingToken,
     LeadershipOptions,
     Lease,
-    MemoryTransport,
     PartitionRead,
     encode_key,
     encode_lease,
@@ -15,6 +14,7 @@ from krabka import (
     role_partition,
 )
 from krabka.guarded import commit_lease
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash, lead
 
 

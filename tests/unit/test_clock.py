@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from krabka import ManualClock, SystemClock
+from krabka import SystemClock
+from krabka.testing import ManualClock
 from tests.support.loop import run_ready_callbacks
 
 

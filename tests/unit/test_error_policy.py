@@ -25,8 +25,6 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RunnerObserver,
     RunnerState,
     TenureState,
@@ -36,6 +34,7 @@ from krabka import (
 from krabka.kafka.consumer.tail import KafkaTail
 from krabka.kafka.producer.fenced import RoleProducer
 from krabka.tenure import TOPIC_RECHECK_MS
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, STATE, Cluster
 
 ROLE = "billing"

@@ -12,11 +12,11 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryTransport,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
 )
+from krabka.testing import MemoryTransport
 from krabka.testing.memory import _MemoryTransaction
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, lead
 

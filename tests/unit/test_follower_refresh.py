@@ -12,9 +12,6 @@ from hypothesis import strategies as st
 
 from krabka import (
     STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     PartitionRead,
     Record,
     Registration,
@@ -25,6 +22,7 @@ from krabka import (
 )
 from krabka.follower import PartitionFollower
 from krabka.format.records import role_of
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.transport import PartitionTail
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.support.state_logs import partitions

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from krabka import ManualClock
 from krabka.scale.heap import (
     OLDEST_THRESHOLD,
     HeapSettler,
@@ -17,6 +16,7 @@ from krabka.scale.heap import (
     freeze_new,
     settle_heap,
 )
+from krabka.testing import ManualClock
 from tests.support.loop import run_ready_callbacks
 
 

@@ -13,13 +13,13 @@ from krabka import (
     EpochLostError,
     FencedError,
     LeadershipOptions,
-    MemoryTransport,
     StateTopicError,
     TransportError,
     acquire_leadership,
     describe_leadership,
     describe_role_state,
 )
+from krabka.testing import MemoryTransport
 from tests.support.loop import run_ready_callbacks
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, SkewedClock, crash, lead
 

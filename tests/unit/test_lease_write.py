@@ -13,18 +13,9 @@ import asyncio
 
 import pytest
 
-from krabka import (
-    FencedError,
-    Lease,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
-    TransportError,
-    encode_key,
-    encode_lease,
-    lease_key,
-)
+from krabka import FencedError, Lease, TransportError, encode_key, encode_lease, lease_key
 from krabka.guarded import commit_lease
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.loop import run_ready_callbacks
 
 STATE = "__coordination_state"

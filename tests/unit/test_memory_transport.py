@@ -14,14 +14,12 @@ from krabka import (
     FencedError,
     FencingToken,
     Lease,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     StateTopicError,
     encode_key,
     encode_lease,
     lease_key,
 )
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from krabka.testing.memory import MAX_EPOCH
 from krabka.transport import TopicCheck
 from tests.support.lease_io import write_lease

@@ -11,9 +11,6 @@ import pytest
 
 from krabka import (
     STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     Registration,
     StateTopicError,
     acquire_leadership,
@@ -26,6 +23,7 @@ from krabka import (
 )
 from krabka.observe.events import LeadershipEvent
 from krabka.observe.watch import watch_events
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 
 PARTITIONS = 4

@@ -7,8 +7,9 @@ pin down who asks for it and when it is given up, on the in-process model.
 
 from collections.abc import Collection
 
-from krabka import FencingToken, MemoryTransport, describe_leadership
+from krabka import FencingToken, describe_leadership
 from krabka.rules.evaluate import rendezvous_weight
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, STAGGER, Cluster, lead
 
 

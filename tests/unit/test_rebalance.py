@@ -15,10 +15,10 @@ from krabka import (
     RoleState,
     RosterEntry,
 )
-from krabka.clock import ManualClock
 from krabka.rules.evaluate import ordered_challengers
 from krabka.runner import RunnerState
 from krabka.scale.rebalance import LANDING_POLL, Rebalancer, plan
+from krabka.testing import ManualClock
 from tests.support.loop import run_ready_callbacks
 from tests.support.rebalancing import Group, vacancies
 from tests.support.sim import STAGGER, Cluster

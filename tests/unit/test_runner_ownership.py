@@ -22,7 +22,6 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryTransport,
     RunnerObserver,
     RunnerState,
     TenureState,
@@ -32,6 +31,7 @@ from krabka import (
     describe_role_state,
 )
 from krabka.runner import backoff_delay
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"

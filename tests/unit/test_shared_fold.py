@@ -12,9 +12,6 @@ from hypothesis import strategies as st
 
 from krabka import (
     STATE_TOPIC,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     PartitionRead,
     Registration,
     build_role_state,
@@ -24,6 +21,7 @@ from krabka import (
 )
 from krabka.follower import PartitionFollower
 from krabka.shared_fold import lease_length_ms
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.sim import LEASE
 from tests.support.state_logs import partitions
 

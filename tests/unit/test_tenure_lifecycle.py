@@ -23,9 +23,6 @@ from krabka import (
     Leadership,
     LeadershipOptions,
     Lease,
-    ManualClock,
-    MemoryBroker,
-    MemoryTransport,
     OutcomeUnknownError,
     RunnerObserver,
     TenureState,
@@ -39,6 +36,7 @@ from krabka import (
     lease_key,
     role_partition,
 )
+from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.loop import run_ready_callbacks
 from tests.support.sim import LEASE, RENEW, STAGGER, STATE, Cluster, crash
 

@@ -18,7 +18,6 @@ from krabka import (
     Claim,
     FencingToken,
     LeadershipStatus,
-    ManualClock,
     StateTopicError,
     TermFilter,
     TermStatus,
@@ -33,6 +32,7 @@ from krabka import (
     role_partition,
 )
 from krabka.format.terms import TermStamp
+from krabka.testing import ManualClock
 from tests.support.sim import LEASE, RENEW, Cluster, crash
 from tests.unit.test_term_leadership import TERM, lead
 

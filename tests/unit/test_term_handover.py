@@ -21,8 +21,6 @@ from krabka import (
     LeaderRunner,
     Leadership,
     LeadershipOptions,
-    MemoryBroker,
-    MemoryTransport,
     RunnerObserver,
     TermFilter,
     TermLeadership,
@@ -34,6 +32,7 @@ from krabka import (
 )
 from krabka.format.terms import TERM_HEADER, TermKind, decode_heartbeat, decode_term_key
 from krabka.term.fold import build_term_view
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster
 
 ROLE = "billing"

@@ -16,7 +16,6 @@ from krabka import (
     TERMS_TOPIC,
     CompactedOutputError,
     FencedError,
-    MemoryTransport,
     TermFilter,
     TermKind,
     TermLeadership,
@@ -35,6 +34,7 @@ from krabka.format.terms import TERM_HEADER, Claim
 from krabka.term.fold import build_term_view
 from krabka.term.follower import TermFollower
 from krabka.term.outputs import compacts
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster, crash
 
 TERM = {"fencing": "term", "outputs": ("out",)}

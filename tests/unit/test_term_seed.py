@@ -10,8 +10,6 @@ import pytest
 from krabka import (
     TERMS_TOPIC,
     Claim,
-    MemoryBroker,
-    MemoryTransport,
     TermFilter,
     claim_key,
     encode_claim,
@@ -20,6 +18,7 @@ from krabka import (
     role_partition,
     seed_filter,
 )
+from krabka.testing import MemoryBroker, MemoryTransport
 from tests.support.stamped import data
 
 PARTITIONS = 4

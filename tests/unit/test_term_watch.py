@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from krabka import (
-    MemoryTransport,
     StateTopicError,
     TermElected,
     TermPartitionFold,
@@ -20,6 +19,7 @@ from krabka import (
 )
 from krabka.observe.events import LeadershipEvent, describe, term_change_event
 from krabka.term.fold import TermClaim, TermFold
+from krabka.testing import MemoryTransport
 from tests.support.sim import LEASE, Cluster, crash
 from tests.support.term_logs import TermLog
 from tests.unit.test_term_leadership import TERM, lead
