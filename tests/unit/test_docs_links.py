@@ -299,7 +299,7 @@ def test_a_mention_of_the_outside_contract_is_reported():
 @pytest.mark.parametrize(("heading", "anchor"), [
     ("The safety argument", "the-safety-argument"),
     ("Renewals, the fence deadline and its margin", "renewals-the-fence-deadline-and-its-margin"),
-    ("Role state (`krabka/rules/state.py`)", "role-state-coordinationstatepy"),
+    ("Role state (`krabka/rules/state.py`)", "role-state-krabkarulesstatepy"),
     ("Real processes on real Kafka (`tests/test_faults_*.py`)",
      "real-processes-on-real-kafka-teststest_faults_py"),
     ("1. A rebalance: `ValueError`", "1-a-rebalance-valueerror"),
