@@ -63,7 +63,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from krabka.epoch.candidate import acquire_leadership
+from krabka.acquire import acquire_leadership
 from krabka.errors import (
     CompactedOutputError,
     ConfigurationError,

@@ -1,8 +1,8 @@
 """Guarded transactions: the writes a tenure makes under its token.
 
 `Leadership.transaction()` opens one and yields a `RecordWriter`: in epoch
-mode a `GuardedWriter`, which sends into the role's Kafka transaction; in
-term mode a `krabka.term.tenure.TermWriter`.
+mode a `krabka.epoch.tenure.GuardedWriter`, which sends into the role's
+Kafka transaction; in term mode a `krabka.term.tenure.TermWriter`.
 `commit_lease` is the one composition of a lease record in a transaction of
 its own (a renewal, a resignation's tombstone) from the transport's
 primitives.
@@ -11,27 +11,15 @@ primitives.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from krabka.format.token import FencingToken
-from krabka.transport import GuardedTransaction, LeaseWriter
+from krabka.transport import LeaseWriter
 
-if TYPE_CHECKING:
-    from krabka.epoch.tenure import EpochLeadership
-    from krabka.tenure import Leadership
-
-__all__ = ["IN_TRANSACTION", "GuardedWriter", "RecordWriter", "commit_lease"]
+__all__ = ["RecordWriter", "commit_lease"]
 
 log = logging.getLogger("krabka.leadership")
-
-# The tenure whose transaction() body the current task runs in (resign from
-# there would wait for its own transaction).
-IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
-    "coordination_in_transaction", default=None
-)
-
 
 class RecordWriter(Protocol):
     """What the body of `Leadership.transaction()` writes with, in either mode."""
@@ -45,24 +33,6 @@ class RecordWriter(Protocol):
     ) -> None:
         """Add a record to the transaction; it is written only if the transaction commits."""
         ...
-
-
-class GuardedWriter:
-    """Sends records inside a guarded transaction of an epoch-mode tenure."""
-
-    def __init__(self, leadership: EpochLeadership, txn: GuardedTransaction) -> None:
-        self._leadership = leadership
-        self._txn = txn
-
-    async def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Add a record to the transaction; visible only if the commit succeeds."""
-        await self._leadership._bounded(self._txn.send(topic, value, key, partition))
 
 
 async def commit_lease(

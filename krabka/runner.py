@@ -56,8 +56,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from krabka.acquire import acquire_leadership, check_first
 from krabka.clock import Clock, SystemClock
-from krabka.epoch.candidate import FirstWrite, acquire_leadership, check_first
+from krabka.epoch.candidate import FirstWrite
 from krabka.errors import CoordinationError, InvalidStateError
 from krabka.format.partition import role_partition
 from krabka.options import LeadershipOptions

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import contextvars
 import enum
 import hashlib
 import logging
@@ -31,7 +32,7 @@ from typing import Any, TypeVar
 from krabka.clock import Clock
 from krabka.errors import FencedError, InvalidStateError, retryable
 from krabka.format.token import Token
-from krabka.guarded import IN_TRANSACTION, RecordWriter
+from krabka.guarded import RecordWriter
 from krabka.options import LeadershipOptions
 from krabka.registration import deregister
 from krabka.runtime.callbacks import contained
@@ -44,6 +45,12 @@ __all__ = ["RENEW_JITTER", "Leadership", "TenureState", "renewal_delay_ms"]
 log = logging.getLogger("krabka.leadership")
 
 T = TypeVar("T")
+
+# The tenure whose transaction() body the current task runs in (resign from
+# there would wait for its own transaction).
+_IN_TRANSACTION: contextvars.ContextVar[Leadership | None] = contextvars.ContextVar(
+    "coordination_in_transaction", default=None
+)
 
 RETRY_INTERVAL_MS = 250
 
@@ -262,13 +269,13 @@ class Leadership(abc.ABC):
         # Waiting here is bounded by the holder: a renewal or a transaction, each
         # bounded by the end of the tenure. A plain acquire is cancellation-safe.
         await self._lock.acquire()
-        inside = IN_TRANSACTION.set(self)
+        inside = _IN_TRANSACTION.set(self)
         try:
             self._check_open()
             async with self._guarded() as writer:
                 yield writer
         finally:
-            IN_TRANSACTION.reset(inside)
+            _IN_TRANSACTION.reset(inside)
             self._lock.release()
 
     @abc.abstractmethod
@@ -290,7 +297,7 @@ class Leadership(abc.ABC):
         inside this tenure's `transaction()`. Cancelling the call does not
         stop the hand-back.
         """
-        if IN_TRANSACTION.get() is self:
+        if _IN_TRANSACTION.get() is self:
             raise InvalidStateError(
                 f"{self.role}: resign() was called inside this tenure's transaction(); it "
                 "would wait for that transaction forever: leave the transaction first"

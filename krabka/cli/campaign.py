@@ -5,11 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from typing import Any, Protocol
 
 from krabka import defaults
 from krabka.options import LeadershipOptions, check_name
 
 __all__ = ["add_campaign_arguments", "campaign_member", "campaign_options", "default_member"]
+
+
+class Subcommands(Protocol):
+    """What ``ArgumentParser.add_subparsers()`` returns, as far as a command
+    module registers itself on it (argparse names its class privately)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """A parser for the subcommand `name`."""
+        ...
 
 
 def default_member() -> str:

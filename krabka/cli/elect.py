@@ -22,7 +22,12 @@ import sys
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from krabka.cli.campaign import add_campaign_arguments, campaign_member, campaign_options
+from krabka.cli.campaign import (
+    Subcommands,
+    add_campaign_arguments,
+    campaign_member,
+    campaign_options,
+)
 from krabka.cli.output import EMPTY, timestamp_text, token_text
 from krabka.clock import SystemClock
 from krabka.errors import ConfigurationError, CoordinationError
@@ -111,7 +116,7 @@ async def _hold(leadership: Leadership) -> None:
     await asyncio.Event().wait()
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+def add_parser(commands: Subcommands,
                parents: list[argparse.ArgumentParser]) -> None:
     """Register ``elect`` among `commands`, with the connection flags of `parents`."""
     elect = commands.add_parser(

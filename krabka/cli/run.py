@@ -32,7 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from krabka.cli.campaign import add_campaign_arguments, campaign_member, campaign_options
+from krabka.cli.campaign import (
+    Subcommands,
+    add_campaign_arguments,
+    campaign_member,
+    campaign_options,
+)
 from krabka.cli.child import Child, exit_status
 from krabka.cli.health_server import HealthServer
 from krabka.clock import Clock, SystemClock
@@ -307,7 +312,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return args[:cut], args[cut + 1:]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+def add_parser(commands: Subcommands,
                parents: list[argparse.ArgumentParser]) -> None:
     """Register ``run`` among `commands`, with the connection flags of `parents`."""
     run = commands.add_parser(

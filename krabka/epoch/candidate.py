@@ -1,8 +1,9 @@
 """Standing for a role: registering, waiting one's turn and challenging.
 
-`acquire_leadership` registers the member, waits its turn by tailing the
-role's partition, challenges (InitProducerId, then the first lease record)
-and returns a `Leadership` that renews in the background. Safety comes from
+`acquire_epoch_leadership`, where `krabka.acquire.acquire_leadership` comes in
+epoch mode, registers the member, waits its turn by tailing the role's
+partition, challenges (InitProducerId, then the first lease record) and
+returns an `EpochLeadership` that renews in the background. Safety comes from
 the broker: every write of a `Leadership` goes through the producer its
 epoch binds, and a superseded epoch's writes are rejected. The lease and the
 fence deadline only time failover and bound side effects the broker cannot
@@ -14,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
-from krabka.clock import Clock, SystemClock
+from krabka.clock import Clock
 from krabka.epoch.tenure import EpochLeadership, hand_back
 from krabka.errors import EpochLostError, FencedError, FormatError, TransportError
 from krabka.follower import PartitionFollower
@@ -30,17 +31,15 @@ from krabka.format.records import (
     registration_key,
 )
 from krabka.format.token import FencingToken
-from krabka.options import Fencing, LeadershipOptions, check_name, resolve_options
+from krabka.options import LeadershipOptions
 from krabka.registration import register
-from krabka.rules.evaluate import Placement, Step, challenger_index, challengers, evaluate
+from krabka.rules.evaluate import Step, challenger_index, challengers, evaluate
 from krabka.rules.state import RoleState
 from krabka.runtime.cancellation import through_cancellation
 from krabka.scale.admission import Admission, wait_ms
-from krabka.tenure import Leadership
-from krabka.term.candidate import acquire_term_leadership
 from krabka.transport import GuardedTransaction, Transport
 
-__all__ = ["FirstWrite", "acquire_leadership", "check_first"]
+__all__ = ["FirstWrite", "acquire_epoch_leadership"]
 
 log = logging.getLogger("krabka.leadership")
 
@@ -61,77 +60,27 @@ FirstWrite = Callable[[GuardedTransaction], Awaitable[None]]
 transaction that commits its first lease (`acquire_leadership`'s ``first``)."""
 
 
-async def acquire_leadership(
+async def acquire_epoch_leadership(
     transport: Transport,
     role: str,
     member: str,
-    *,
-    options: LeadershipOptions | None = None,
-    partitions: int | None = None,
-    lease_duration: float | None = None,
-    renew_interval: float | None = None,
-    challenge_stagger: float | None = None,
-    placement: Placement | None = None,
-    fencing: Fencing | None = None,
-    outputs: Iterable[str] | None = None,
-    allow_compacted_outputs: bool | None = None,
-    clock: Clock | None = None,
+    options: LeadershipOptions,
+    clock: Clock,
     admission: Admission | None = None,
     first: FirstWrite | None = None,
-) -> Leadership:
-    """Register `member` for `role`, wait its turn, and take the role.
+) -> EpochLeadership:
+    """Register, wait, challenge: return once this member committed the first
+    lease record of its tenure of `role` under a freshly minted epoch.
 
-    In epoch mode (the default) returns an `EpochLeadership` once this
-    member has committed the first lease record of its tenure under a
-    freshly minted epoch; with ``fencing="term"`` a `TermLeadership` once
-    its claim of a new term won (`krabka.term.candidate`). Timing,
-    placement, fencing and the term-mode outputs come from `options` or
-    from the separate keywords (defaults: `LeadershipOptions`); every member
-    of a role must use the same `placement` and `fencing`. Raises
-    `ValueError` before any I/O for a bad name or option, and
-    `StateTopicError` for a state or terms topic the protocol cannot run on;
-    in term mode `CompactedOutputError` for a compacted declared output,
-    unless `allow_compacted_outputs`.
-
-    With an `admission` (`krabka.scale.admission`), a turn that has come
-    waits while the admission is closed: the process is too busy to take
-    one more role, and the members ranked behind take theirs.
-
-    With `first` (epoch mode only), the tenure's first guarded write rides
-    in the transaction of its first lease: each challenge awaits
-    ``first(txn)`` after adding the lease record and before the commit, so
-    what it sends becomes visible with the lease, and only if the lease
-    commits (a challenge that lost aborts them both). It is awaited once per
-    challenge, so possibly more than once, and possibly while a superseded
-    tenure's function still runs (`Leadership.predecessor_until`): it is to
-    add records to `txn` and do nothing the broker cannot fence. An error it
-    raises aborts the challenge and is raised here, the epoch handed back.
-
-    Cancel the call to stop waiting. A cancellation or error that arrives
-    after the epoch was minted hands it back before it propagates: no lease
-    is left live and no producer open, and no `Leadership` exists that
-    nobody holds.
+    The state topic is checked first (`StateTopicError`). `first` rides in
+    the transaction of each challenge's first lease (`krabka.acquire`). A
+    cancellation or error that arrives after the epoch was minted hands it
+    back before it propagates.
     """
-    check_name("role", role)
-    check_name("member", member)
-    options = resolve_options(options, partitions, lease_duration, renew_interval,
-                              challenge_stagger, placement, fencing, outputs,
-                              allow_compacted_outputs)
-    check_first(first, options)
-    if options.fencing == "term":
-        return await acquire_term_leadership(transport, role, member, options,
-                                             clock or SystemClock(), admission)
     check = await transport.check_topic(options.partitions, options.lease_duration)
-    candidate = _Candidate(transport, role, member, options, clock or SystemClock(),
+    candidate = _Candidate(transport, role, member, options, clock,
                            check.abort_cleanup_interval_ms, admission, first)
     return await candidate.run()
-
-
-def check_first(first: FirstWrite | None, options: LeadershipOptions) -> None:
-    """`ValueError` for a first write where no first lease transaction carries it."""
-    if first is not None and options.fencing == "term":
-        raise ValueError("a first write rides in the first lease's transaction, which only "
-                         "epoch mode has: pass first only with fencing='epoch'")
 
 
 class _Candidate:
@@ -168,7 +117,7 @@ class _Candidate:
         self.out_of_order_seen = 0
         self.prepared = False
 
-    async def run(self) -> Leadership:
+    async def run(self) -> EpochLeadership:
         try:
             await self.follower.refresh()
             await self._register()
@@ -196,7 +145,7 @@ class _Candidate:
             self.prepared = False
             await self.transport.discard_prepared(self.role)
 
-    async def _step(self) -> Leadership | None:
+    async def _step(self) -> EpochLeadership | None:
         if not self._own_registration_visible():
             await self.follower.wait(None)
             return None
@@ -251,7 +200,7 @@ class _Candidate:
                                                 self.member, self.clock.now_ms())
         log.info("%s: %s registered at offset %d", self.role, self.member, self.registered_offset)
 
-    async def _challenge(self) -> Leadership | None:
+    async def _challenge(self) -> EpochLeadership | None:
         """Decide again on a fresh read, then mint an epoch and commit the first lease.
 
         The decision stands on everything committed up to a stable offset

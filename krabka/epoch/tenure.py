@@ -3,7 +3,8 @@
 `EpochLeadership` is the `Leadership` `acquire_leadership` returns with
 ``fencing="epoch"`` (the default). Every write goes through the producer
 the tenure's epoch binds, so the broker refuses a superseded tenure's writes
-(docs/design.md#the-safety-argument). `hand_back` is the one way an epoch is
+(docs/design.md#the-safety-argument). `GuardedWriter` is what the body of
+its `transaction()` sends with. `hand_back` is the one way an epoch is
 given up, by a resignation and by a cancelled acquisition alike.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from krabka.clock import Clock
 from krabka.errors import (
@@ -24,13 +25,13 @@ from krabka.errors import (
 )
 from krabka.format.records import Lease, encode_key, encode_lease, lease_key
 from krabka.format.token import FencingToken
-from krabka.guarded import GuardedWriter, RecordWriter, commit_lease
+from krabka.guarded import RecordWriter, commit_lease
 from krabka.options import LeadershipOptions
 from krabka.runtime.cancellation import through_cancellation
 from krabka.tenure import Leadership, TenureState
 from krabka.transport import GuardedTransaction, Transport
 
-__all__ = ["EpochLeadership", "hand_back"]
+__all__ = ["EpochLeadership", "GuardedWriter", "hand_back"]
 
 log = logging.getLogger("krabka.leadership")
 
@@ -116,6 +117,29 @@ async def _token_still_current(transport: Transport, role: str, token: FencingTo
     return status.token == token
 
 
+class GuardedWriter:
+    """Sends records inside a guarded transaction of an epoch-mode tenure.
+
+    Every send is awaited through `bounded`, the tenure's bound: it raises
+    `FencedError` once the tenure ends, so a send never outlives its tenure.
+    """
+
+    def __init__(self, txn: GuardedTransaction,
+                 bounded: Callable[[Awaitable[None]], Awaitable[None]]) -> None:
+        self._txn = txn
+        self._bounded = bounded
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Add a record to the transaction; visible only if the commit succeeds."""
+        await self._bounded(self._txn.send(topic, value, key, partition))
+
+
 class EpochLeadership(Leadership):
     """An epoch-mode tenure: `token` is the role's `FencingToken`.
 
@@ -169,7 +193,7 @@ class EpochLeadership(Leadership):
                 self._end(exc)
             raise
         try:
-            yield GuardedWriter(self, txn)
+            yield GuardedWriter(txn, self._bounded)
         except BaseException as exc:
             if isinstance(exc, (FencedError, EpochLostError)):
                 self._end(exc)

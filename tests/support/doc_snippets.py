@@ -183,6 +183,8 @@ SHELL_LANGUAGES = ("sh", "console", "bash", "shell")
 PYTHON_M = re.compile(r"(?:^|[\s(])python3? -m ([\w.]+)")
 MAKE = re.compile(r"(?:^|[\s(])make ([\w-]+)")
 FAUST_A = re.compile(r"(?:^|[\s(])faust -A ([\w.]+)")
+KRABKA = re.compile(r"(?:^|[\s(])(?:krabka|python3? -m krabka) ([a-z][\w-]*)")
+DOTTED = re.compile(r"^krabka(?:\.\w+)+$")
 PATH = re.compile(r"^\.?[\w-]+(?:\.[\w-]+)*(?:/[\w.-]+)*/?$")
 
 
@@ -208,18 +210,24 @@ def commands_and_spans(markdown: str) -> list[tuple[int, str]]:
 
 
 def reference_problems(page: str, markdown: str, files: set[str], make_targets: set[str],
-                       importable: Any, ignored: Any) -> list[str]:
-    """The repository paths, ``python -m`` modules, ``make`` targets and ``faust -A``
-    apps that `markdown` (the text of `page`) names and that do not exist.
+                       importable: Any, ignored: Any, *, runnable: Any, resolvable: Any,
+                       subcommand: Any) -> list[str]:
+    """The repository paths, ``python -m`` modules, ``make`` targets, ``faust -A``
+    apps, ``krabka`` subcommands and dotted ``krabka.`` names that `markdown`
+    (the text of `page`) names and that do not exist.
 
     `files`: the tracked files; `importable(module)`: whether a module can be
-    imported; `ignored(path)`: whether git ignores the path (a file made at
-    run time, ``.cache/...``, or by the user, ``deploy/kafka-client.env``: named,
-    not shipped). A path is checked when its first part is a top-level entry
-    of the repository (another project's path, ``faust/...``, is not), and
-    ``agents/fold/rules.fold`` names ``fold`` of ``agents/fold/rules.py``; a bare
-    file name of Python, Markdown, TOML, YAML or JSON against every tracked
-    file's name. URL paths (``/roles/``), placeholders (``<x>``, ``{x}``,
+    imported; `runnable(module)`: whether ``python -m`` runs it (a package
+    needs a ``__main__``); `resolvable(name)`: whether a dotted name is a
+    module or an attribute of one; `subcommand(name)`: whether the operator
+    command has that subcommand; `ignored(path)`: whether git ignores the
+    path (a file made at run time, ``.cache/...``, or by the user,
+    ``deploy/kafka-client.env``: named, not shipped). A path is checked when
+    its first part is a top-level entry of the repository (another project's
+    path, ``faust/...``, is not), and ``agents/fold/rules.fold`` names
+    ``fold`` of ``agents/fold/rules.py``; a bare file name of Python,
+    Markdown, TOML, YAML or JSON against every tracked file's name. URL
+    paths (``/roles/``), placeholders (``<x>``, ``{x}``,
     ``...``) and globs are not paths.
     """
     folders = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
@@ -231,6 +239,11 @@ def reference_problems(page: str, markdown: str, files: set[str], make_targets: 
         for module in PYTHON_M.findall(" " + text):
             if not importable(module):
                 problems.append(f"{where}: python -m {module}: no such module")
+            elif not runnable(module):
+                problems.append(f"{where}: python -m {module}: a package without __main__")
+        for command in KRABKA.findall(" " + text):
+            if not subcommand(command):
+                problems.append(f"{where}: krabka {command}: no such subcommand")
         for module in FAUST_A.findall(" " + text):
             if not importable(module):
                 problems.append(f"{where}: faust -A {module}: no such module")
@@ -238,6 +251,9 @@ def reference_problems(page: str, markdown: str, files: set[str], make_targets: 
             if target not in make_targets:
                 problems.append(f"{where}: make {target}: no such target in the Makefile")
         for token in text.split():
+            name = token.split("(")[0].strip("'\",;[]:")
+            if DOTTED.match(name) and not resolvable(name):
+                problems.append(f"{where}: {name}: no such module or attribute")
             token = token.strip("'\",;()[]")
             if not PATH.match(token) or token.startswith(("/", "-")):
                 continue

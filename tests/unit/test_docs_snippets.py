@@ -4,8 +4,10 @@
   names and syntax; the runnable ones are run, page by page, on a
   `MemoryBroker` (tests/support/doc_snippets.py says how a snippet is
   marked when it needs a broker or is not run, and what runs it then).
-- Every repository path, ``python -m`` module, ``faust -A`` app and
-  ``make`` target the pages name in code exists.
+- Every repository path, ``python -m`` module (runnable: a package has a
+  ``__main__``), ``faust -A`` app, ``make`` target, ``krabka`` subcommand
+  and dotted ``krabka.`` name (a module, or an attribute of one) that the
+  pages and the examples' READMEs name in code exists.
 
 docs/decisions/ is left out: its records are history, written against the
 code of their day. The last tests feed the checks made-up pages with one
@@ -14,8 +16,12 @@ defect each and make sure it is reported.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
+import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +43,8 @@ from tests.support.doc_snippets import (
 
 PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
 RUN_PAGES = [page for page in PAGES if any(s.how == "run" for s in page_snippets(page))]
+REFERENCE_PAGES = [*PAGES, *sorted(p.relative_to(ROOT).as_posix()
+                                   for p in (ROOT / "examples").rglob("README.md"))]
 
 
 def _environment() -> dict[str, str]:
@@ -53,6 +61,52 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # ValueError: a module without a spec
         return False
+
+
+def _runnable(module: str) -> bool:
+    """Whether ``python -m module``, an importable module, runs something: a
+    package needs a ``__main__``."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # ValueError: a module without a spec
+        spec = None
+    package = (spec.submodule_search_locations is not None if spec is not None
+               else hasattr(sys.modules.get(module), "__path__"))
+    return not package or _importable(f"{module}.__main__")
+
+
+def _resolvable(name: str) -> bool:
+    """Whether a dotted name is a module, or an attribute (at any depth) of one."""
+    parts = name.split(".")
+    for length in range(len(parts), 0, -1):
+        module = ".".join(parts[:length])
+        if _importable(module):
+            found: object = importlib.import_module(module)
+            for attribute in parts[length:]:
+                if not hasattr(found, attribute):
+                    return False
+                found = getattr(found, attribute)
+            return True
+    return False
+
+
+def _logger_names() -> set[str]:
+    """The names of the loggers the library and the worker log to (``krabka.leadership``)."""
+    return {name for package in ("krabka", "app", "agents", "tables")
+            for path in (ROOT / package).rglob("*.py")
+            for name in re.findall(r'getLogger\("([\w.]+)"\)', path.read_text())}
+
+
+def _subcommand(name: str) -> bool:
+    """Whether the operator command has subcommand `name`: its ``--help`` exits 0."""
+    from krabka.cli.main import main
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main([name, "--help"])
+        except SystemExit as exit_:
+            return exit_.code == 0
+    return False
 
 
 def _ignored(path: str) -> bool:
@@ -111,13 +165,16 @@ def test_every_snippet_marked_integration_is_run_by_the_test_it_names(page):
             f"{snippet.where}: {snippet.why} does not run it (no snippet_at of {page})")
 
 
-def test_every_path_module_and_make_target_the_pages_name_exists():
+def test_every_path_module_command_and_make_target_the_pages_name_exists():
     files = _tracked_files()
     targets = make_targets((ROOT / "Makefile").read_text())
+    loggers = _logger_names()
     problems = []
-    for page in PAGES:
-        problems += reference_problems(page, (ROOT / page).read_text(), files, targets,
-                                       _importable, _ignored)
+    for page in REFERENCE_PAGES:
+        problems += reference_problems(
+            page, (ROOT / page).read_text(), files, targets, _importable, _ignored,
+            runnable=_runnable, resolvable=lambda name: name in loggers or _resolvable(name),
+            subcommand=_subcommand)
     assert not problems, "\n".join(problems)
 
 
@@ -210,7 +267,8 @@ def test_missing_paths_modules_and_targets_are_reported():
     )
     assert reference_problems("p.md", page, files, {"run", "test"},
                               lambda m: m in {"app", "app.main"},
-                              lambda path: path.endswith(".env")) == [
+                              lambda path: path.endswith(".env"), runnable=lambda m: True,
+                              resolvable=lambda n: True, subcommand=lambda c: True) == [
         "p.md:1: make tset: no such target in the Makefile",
         "p.md:1: python -m app.nope: no such module",
         "p.md:2: faust -A app.gone: no such module",
@@ -222,6 +280,36 @@ def test_missing_paths_modules_and_targets_are_reported():
     ]
 
 
+def test_unknown_subcommands_dotted_names_and_packages_without_main_are_reported():
+    page = (
+        "Run `krabka roles`, `krabka rolse`, `python -m krabka describe r` and\n"
+        "`python -m krabka.cli`. See `krabka.acquire.acquire_leadership()` and\n"
+        "`krabka.epoch.candidate.acquire_leadership`.\n"
+        "```sh\nkrabka watch   # krabka fnce\n```\n"
+    )
+    assert reference_problems(
+        "p.md", page, set(), set(), lambda m: m in {"krabka", "krabka.cli"}, lambda p: False,
+        runnable=lambda m: m == "krabka",
+        resolvable=lambda n: n != "krabka.epoch.candidate.acquire_leadership",
+        subcommand=lambda c: c in {"roles", "describe", "watch"}) == [
+        "p.md:1: krabka rolse: no such subcommand",
+        "p.md:2: python -m krabka.cli: a package without __main__",
+        "p.md:3: krabka.epoch.candidate.acquire_leadership: no such module or attribute",
+    ]
+
+
+def test_the_lookups_read_the_tree_and_the_operator_command():
+    assert _runnable("krabka")
+    assert not _runnable("krabka.cli")
+    assert _runnable("krabka.cli.main")
+    assert _resolvable("krabka.acquire.acquire_leadership")
+    assert _resolvable("krabka.testing.ManualClock.advance")
+    assert not _resolvable("krabka.epoch.candidate.acquire_leadership")
+    assert not _resolvable("krabka.nowhere")
+    assert _subcommand("roles")
+    assert not _subcommand("rolse")
+
+
 def test_make_targets_are_read_from_the_makefile():
     assert make_targets("run: venv\n\tx\nPY := a\n$(VENV)/x: y\nkafka-up: b\n") == {
         "run", "kafka-up"}
@@ -229,5 +317,6 @@ def test_make_targets_are_read_from_the_makefile():
 
 def test_the_checked_pages_are_the_readme_and_docs_but_not_the_decision_records():
     assert {"README.md", "docs/app.md"} <= set(PAGES)
-    assert not any(page.startswith("docs/decisions/") for page in PAGES)
-    assert all(Path(ROOT / page).is_file() for page in PAGES)
+    assert "examples/term_reader/README.md" in REFERENCE_PAGES
+    assert not any(page.startswith("docs/decisions/") for page in REFERENCE_PAGES)
+    assert all(Path(ROOT / page).is_file() for page in REFERENCE_PAGES)

@@ -10,12 +10,12 @@ import asyncio
 from itertools import pairwise
 
 from krabka import LeadershipOptions
-from krabka.clock import ManualClock
 from krabka.format.records import Lease
 from krabka.rules.evaluate import ordered_challengers
 from krabka.rules.state import RoleState, RosterEntry
 from krabka.runner import RunnerState
 from krabka.scale.rebalance import LANDING_POLL, Rebalancer, plan
+from krabka.testing import ManualClock
 from tests.support.loop import run_ready_callbacks
 from tests.support.rebalancing import Group, vacancies
 from tests.support.sim import STAGGER, Cluster
