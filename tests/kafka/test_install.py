@@ -113,6 +113,11 @@ def test_the_console_script_is_installed(python):
     assert "usage" in result.stdout.lower()
 
 
+def test_importing_the_installed_package_imports_no_aiokafka(python):
+    probe = isolated(python, "import krabka, sys; print('aiokafka' in sys.modules)")
+    assert probe.stdout == "False\n"
+
+
 def test_nothing_installed_is_named_coordination(python):
     probe = isolated(python, (
         "import importlib.util, json, sysconfig; "
