@@ -33,6 +33,7 @@ from krabka.kafka.errors import (  # noqa: E402
     MarksTooLargeError,
     ProducerFatalError,
 )
+from krabka.kafka.topics import TopicOutcome, ensure_topics  # noqa: E402
 from krabka.kafka.transport import KafkaTransport  # noqa: E402
 
 __all__ = [
@@ -47,8 +48,10 @@ __all__ = [
     "MarksTooLargeError",
     "ProducerFatalError",
     "Resumed",
+    "TopicOutcome",
     "check_access",
     "commit_marks",
+    "ensure_topics",
     "marks_metadata",
     "member_acls",
     "resume",
