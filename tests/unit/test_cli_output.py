@@ -4,6 +4,7 @@ output and the table layout of each command's JSON answer."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import tomllib
@@ -56,8 +57,8 @@ def test_usage_names_the_program_and_every_command(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert out.startswith(f"usage: {PROG} ")
-    for command in ("describe", "state", "fence", "roles", "watch"):
-        assert f"    {command} " in out
+    for command in ("describe", "state", "fence", "roles", "watch", "create-topics"):
+        assert re.search(rf"^    {command}\s", out, re.MULTILINE), command
 
 
 @pytest.mark.parametrize("argv", [
@@ -80,7 +81,8 @@ def test_bad_connection_settings_exit_2_naming_the_setting(capsys):
 
 
 def test_every_command_takes_the_connection_flags():
-    for argv in (["describe", "r"], ["state", "r"], ["fence", "r"], ["roles"], ["watch"]):
+    for argv in (["describe", "r"], ["state", "r"], ["fence", "r"], ["roles"], ["watch"],
+                 ["create-topics"]):
         assert main([*argv, "--ssl-cafile", "/no/such/ca.pem"]) == 2
 
 
