@@ -53,8 +53,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from krabka.cli.main import installed_version
 from krabka.errors import InvalidStateError
+from krabka.runtime.versions import installed_version
 
 __all__ = ["BUILD_INFO", "FAUST_PREFIX", "FOLD_LAG", "READY", "RENEWAL_BUCKETS", "Cardinality",
            "Metrics", "build_labels"]

@@ -17,10 +17,15 @@ a new topic. With ``--demo`` also the demo role's one-partition output topic.
 Faust creates its own internal topics (table changelogs, ticks) when the
 first worker starts.
 
+The state and terms topics are made by the library's `ensure_topics` (what
+``krabka create-topics --fencing term`` runs), so they have the settings the
+members' start-up check asks for; this script adds the events and demo topics.
+
 Idempotent: an existing topic is checked, not changed. A state or terms topic
 that is not exactly ``cleanup.policy=compact``, or any of them with another
-partition count, is an error naming the fix, as the library's start-up check
-would be: two counts would split a role across two partitions.
+partition count, is an error naming the fix, the state and terms topics' the
+library's start-up check raises: two counts would split a role across two
+partitions.
 
 The cluster is reached as the worker reaches it: ``KAFKA_BOOTSTRAP_SERVERS``,
 ``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_*`` and ``KAFKA_SSL_*``, or the
@@ -45,18 +50,19 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import BrokerResponseError, KafkaError, TopicAlreadyExistsError, for_code
 
 # A script of the checkout: its defaults are the checkout's library's, not
 # those of whatever version is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from krabka.defaults import PARTITIONS, STATE_TOPIC, TERMS_TOPIC
-from krabka.errors import ConfigurationError
+from krabka.errors import ConfigurationError, CoordinationError
+from krabka.kafka import KafkaUnavailableError, ensure_topics
 from krabka.kafka.connection import Connection
+from krabka.kafka.topics import topic_configs
 
 EVENTS_TOPIC = "coordination-leadership-changes"
 DEMO_TOPIC = "coordination-demo-output"
@@ -64,36 +70,32 @@ DEMO_TOPIC = "coordination-demo-output"
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic to create, and what an existing one must match."""
+    """A topic to create, and what an existing one must match.
+
+    `kind` marks the state and terms topics, which `ensure_topics` makes.
+    """
 
     name: str
     partitions: int
     replication: int
     configs: dict[str, str] = field(default_factory=dict)
-    must_compact: bool = False
+    kind: Literal["state", "terms"] | None = None
 
 
 class TopicMismatch(Exception):
     """An existing topic the worker group cannot run on."""
 
 
-TERMS_DELETE_RETENTION_MS = 600_000
-
-
 def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
           state_topic: str = STATE_TOPIC, terms_topic: str = TERMS_TOPIC,
           events_topic: str = EVENTS_TOPIC, demo_topic: str = DEMO_TOPIC) -> list[TopicSpec]:
     """The topics of a worker group with `partitions` state partitions."""
-    durable = {"min.insync.replicas": str(min(2, replication))} if replication >= 3 else {}
-    compacted = {"cleanup.policy": "compact", "segment.ms": str(segment_ms),
-                 # Tombstones must outlive a lagging reader's catch-up.
-                 "delete.retention.ms": "86400000", **durable}
-    # A settled claim's tombstone decides nothing: a reader that missed it
-    # keeps a claim that no verdict depends on.
-    terms = {**compacted, "delete.retention.ms": str(TERMS_DELETE_RETENTION_MS)}
+    durable = {"min.insync.replicas": "2"} if replication >= 3 else {}
     wanted = [
-        TopicSpec(state_topic, partitions, replication, compacted, must_compact=True),
-        TopicSpec(terms_topic, partitions, replication, terms, must_compact=True),
+        TopicSpec(state_topic, partitions, replication,
+                  topic_configs("state", replication, segment_ms), kind="state"),
+        TopicSpec(terms_topic, partitions, replication,
+                  topic_configs("terms", replication, segment_ms), kind="terms"),
         TopicSpec(events_topic, partitions, replication, {**durable}),
     ]
     if demo:
@@ -103,14 +105,26 @@ def specs(partitions: int, replication: int, segment_ms: int, *, demo: bool,
 
 async def ensure(connection: Connection, wanted: list[TopicSpec], seconds: float = 30.0
                  ) -> dict[str, str]:
-    """Create what is missing, check what exists; `TopicMismatch` on a conflict."""
+    """Create what is missing, check what exists; `TopicMismatch` on a conflict
+    (the library's `StateTopicError` for the state and terms topics)."""
+    report: dict[str, str] = {}
+    coordination = {spec.kind: spec for spec in wanted if spec.kind is not None}
+    if coordination:
+        state, terms = coordination["state"], coordination.get("terms")
+        report.update(await ensure_topics(
+            connection, fencing="epoch" if terms is None else "term",
+            partitions=state.partitions, replication_factor=state.replication,
+            segment_ms=int(state.configs["segment.ms"]), topic=state.name,
+            terms_topic=None if terms is None else terms.name, time_limit=seconds))
+    others = [spec for spec in wanted if spec.kind is None]
+    if not others:
+        return report
     admin = AIOKafkaAdminClient(bootstrap_servers=connection.bootstrap_servers,
                                 request_timeout_ms=int(seconds * 1000),
                                 **connection.client_options())
     await asyncio.wait_for(admin.start(), seconds)
     try:
-        report = {}
-        for spec in wanted:
+        for spec in others:
             response = await admin.create_topics([NewTopic(
                 spec.name, spec.partitions, spec.replication, topic_configs=spec.configs)])
             # aiokafka returns per-topic error codes; it raises nothing.
@@ -135,19 +149,6 @@ async def _check(admin: Any, spec: TopicSpec) -> None:
         raise TopicMismatch(
             f"{spec.name} has {count} partitions, not {spec.partitions}: run every worker "
             f"with COORDINATION_PARTITIONS={count}, or delete the topic (losing its state)")
-    if spec.must_compact:
-        resource = ConfigResource(ConfigResourceType.TOPIC, spec.name, {"cleanup.policy": None})
-        policy = None
-        for response in await admin.describe_configs([resource]):
-            for described in response.to_object()["resources"]:
-                for entry in described["config_entries"]:
-                    if entry["config_names"] == "cleanup.policy":
-                        policy = entry["config_value"]
-        if policy != "compact":
-            raise TopicMismatch(
-                f"{spec.name} has cleanup.policy={policy}, not compact: set it with "
-                f"kafka-configs --alter --entity-type topics --entity-name {spec.name} "
-                "--add-config cleanup.policy=compact")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                    events_topic=args.events_topic, demo_topic=args.demo_topic)
     try:
         report = asyncio.run(ensure(connection, wanted))
-    except (TopicMismatch, BrokerResponseError) as exc:
+    except KafkaUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (TopicMismatch, BrokerResponseError, CoordinationError) as exc:
         # A refusal of the cluster (an ACL missing, say) is no unreachable cluster.
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -96,15 +96,12 @@ def require_topic(facts: TopicFacts, label: str = "state topic") -> None:
     if facts.exists:
         return
     servers, topic = facts.servers, facts.topic
-    flag = "--" + label.split()[0] + "-topic"
+    flag = "--topic" if label == "state topic" else "--fencing term --terms-topic"
     raise StateTopicError(
-        f"the {label} {topic!r} does not exist: create it with "
-        "cleanup.policy=compact and the partition count every member is configured "
-        f"with: python deploy/topics.py --bootstrap-servers {servers} "
-        f"{flag} {topic} --partitions {PARTITIONS} (from this project's checkout), "
-        f"or kafka-topics.sh --bootstrap-server {servers} --create --topic "
-        f"{topic} --partitions {PARTITIONS} --replication-factor 3 --config "
-        "cleanup.policy=compact --config min.insync.replicas=2 --config segment.ms=60000"
+        f"the {label} {topic!r} does not exist: create it, with cleanup.policy=compact and "
+        "the partition count every member is configured with, by running "
+        f"krabka create-topics --bootstrap-servers {servers} {flag} {topic} "
+        f"--partitions {PARTITIONS} (and the members' connection settings)"
     )
 
 

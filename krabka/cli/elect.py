@@ -202,6 +202,7 @@ async def _elect(args: argparse.Namespace, member: str, table: bool) -> None:
     connection = Connection.from_arguments(args)
     async with KafkaTransport(connection.bootstrap_servers, topic=args.topic,
                               terms_topic=args.terms_topic,
+                              operation_timeout=args.timeout,
                               **connection.client_options()) as transport:
         if args.observe:
             await _observe(transport, args, table)

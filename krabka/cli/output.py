@@ -121,7 +121,13 @@ def _roles(body: Mapping[str, Any]) -> str:
          row["status"], row["members"]) for row in body["roles"]])
 
 
-_RENDERERS = {"describe": _describe, "state": _state, "fence": _fence, "roles": _roles}
+def _create_topics(body: Mapping[str, Any]) -> str:
+    return columns(("TOPIC", "OUTCOME"), [(row["topic"], row["outcome"])
+                                          for row in body["topics"]])
+
+
+_RENDERERS = {"describe": _describe, "state": _state, "fence": _fence, "roles": _roles,
+              "create-topics": _create_topics}
 
 
 def render(command: str, body: Mapping[str, Any]) -> str:

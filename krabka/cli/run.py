@@ -373,6 +373,7 @@ async def _run(args: argparse.Namespace, settings: RunSettings) -> int:
     singleton = Singleton(settings, clock)
     async with KafkaTransport(connection.bootstrap_servers, topic=args.topic,
                               terms_topic=args.terms_topic,
+                              operation_timeout=args.timeout,
                               **connection.client_options()) as transport:
         runner = LeaderRunner(
             transport, settings.role, settings.member, singleton.lead,

@@ -33,6 +33,7 @@ from krabka.kafka.errors import (
     ProducerFatalError,
 )
 from krabka.kafka.protocol.messages import register_error_codes
+from krabka.kafka.topics import TopicOutcome, ensure_topics
 from krabka.kafka.transport import KafkaTransport
 
 __all__ = [
@@ -47,8 +48,10 @@ __all__ = [
     "MarksTooLargeError",
     "ProducerFatalError",
     "Resumed",
+    "TopicOutcome",
     "check_access",
     "commit_marks",
+    "ensure_topics",
     "marks_metadata",
     "member_acls",
     "register_error_codes",

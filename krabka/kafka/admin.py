@@ -98,6 +98,14 @@ class TopicChecker:
             return None
         return len(found[1]["partitions"])
 
+    async def admin_client(self) -> Any:
+        """The started admin client the facts are read with (started on first use).
+
+        `krabka.kafka.topics` creates topics with it, so creating and checking
+        a topic share one connection and one bound on starting it.
+        """
+        return await self._client()
+
     async def close(self) -> None:
         admin, self._admin = self._admin, None
         if admin is not None:

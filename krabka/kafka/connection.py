@@ -28,6 +28,7 @@ can carry: a program that uses it passes ``sasl_oauth_token_provider`` to
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import ssl
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ __all__ = [
     "PROTOCOLS",
     "VARIABLES",
     "Connection",
+    "bootstrap_problem",
 ]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -93,6 +95,10 @@ class Connection:
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ConfigurationError(f"{VARIABLES['bootstrap_servers']} is empty")
+        problem = bootstrap_problem(self.bootstrap_servers)
+        if problem is not None:
+            raise ConfigurationError(
+                f"{VARIABLES['bootstrap_servers']}={self.bootstrap_servers!r}: {problem}")
         protocol = self.security_protocol.upper()
         object.__setattr__(self, "security_protocol", protocol)
         if protocol not in PROTOCOLS:
@@ -183,7 +189,11 @@ class Connection:
             "environment variable")
         for name, variable in VARIABLES.items():
             flag = "--" + name.replace("_", "-")
-            if name == "ssl_check_hostname":
+            if name == "bootstrap_servers":
+                group.add_argument(flag, dest=name, default=None, metavar=variable,
+                                   type=_bootstrap_argument,
+                                   help=f"host:port[,host:port...] (default ${variable})")
+            elif name == "ssl_check_hostname":
                 group.add_argument(flag, dest=name, default=None,
                                    action=argparse.BooleanOptionalAction,
                                    help=f"verify the broker's host name (${variable})")
@@ -242,6 +252,62 @@ class Connection:
             value = getattr(self, name)
             shown[variable] = MASK if name == "sasl_password" and value else value
         return shown
+
+
+def bootstrap_problem(servers: str) -> str | None:
+    """What is wrong with a bootstrap list, or None if every entry is an address.
+
+    An entry is ``host``, ``host:port``, an IPv6 literal or ``[literal]:port``
+    (the forms the Kafka client parses; a missing port is 9092). Checked
+    before any connection: the client would otherwise fail on the first
+    entry it tries with an error that names no setting.
+    """
+    if not servers.strip():
+        return "it is empty"
+    for entry in (part.strip() for part in servers.split(",")):
+        problem = _address_problem(entry)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _address_problem(entry: str) -> str | None:
+    if not entry:
+        return "an empty entry (two commas, or a comma at an end)"
+    if any(char.isspace() for char in entry):
+        return f"{entry!r} has a space in it"
+    if entry.startswith("["):
+        literal, bracket, rest = entry[1:].partition("]")
+        if not bracket or not literal:
+            return f"{entry!r} is not [IPv6 address] or [IPv6 address]:port"
+        if not rest:
+            return None
+        if not rest.startswith(":"):
+            return f"{entry!r}: only :port may follow the bracketed address"
+        return _port_problem(entry, rest[1:])
+    if entry.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(entry)
+        except ValueError:
+            return f"{entry!r} is neither host:port nor an IPv6 address"
+        return None
+    host, colon, port = entry.partition(":")
+    if not host:
+        return f"{entry!r} has no host"
+    return _port_problem(entry, port) if colon else None
+
+
+def _port_problem(entry: str, port: str) -> str | None:
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        return f"{entry!r}: the port must be a number from 1 to 65535"
+    return None
+
+
+def _bootstrap_argument(value: str) -> str:
+    problem = bootstrap_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def _existing(path: str, name: str) -> None:

@@ -349,6 +349,12 @@ class KafkaTransport:
         await self._require(self.topic, "state topic")
         return await self._hub.follow(self.topic, partition, from_offset, role)
 
+    @property
+    def client_options(self) -> ClientOptions:
+        """The validated aiokafka options every client of this transport is built with
+        (`krabka.kafka.topics.ensure_topics` builds its admin client from them)."""
+        return self._options
+
     async def topic_facts(self) -> TopicFacts:
         """What the cluster says of the state topic and its brokers (cached)."""
         self._check_open()

@@ -15,13 +15,25 @@ import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from krabka.errors import UntestedVersionError
 
-__all__ = ["DependencyRange", "UntestedVersionWarning"]
+__all__ = ["DISTRIBUTION", "DependencyRange", "UntestedVersionWarning", "installed_version"]
+
+DISTRIBUTION = "krabka-coordination"
+"""The distribution this library is installed as."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version; a checkout run without installing has none."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 class UntestedVersionWarning(UserWarning):

@@ -193,7 +193,7 @@ class MemoryBroker:
     ) -> None:
         """Create `name` with `partitions` empty partitions.
 
-        The defaults are the settings deploy/topics.py gives a production
+        The defaults are the settings `ensure_topics` gives a production
         state topic; the others are only reported to the topic check.
         """
         if name in self.topics:

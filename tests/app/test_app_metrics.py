@@ -22,8 +22,8 @@ from app.install import install
 from app.metrics import BUILD_INFO, FOLD_LAG, READY, Cardinality, Metrics
 from app.settings import Settings
 from krabka import InvalidStateError, Leadership, LeadershipOptions
-from krabka.cli.main import installed_version
 from krabka.defaults import STATE_TOPIC
+from krabka.runtime.versions import installed_version
 from krabka.testing import ManualClock, MemoryBroker, MemoryTransport
 from tests.support.polling import eventually
 from tests.support.sim import LEASE, RENEW, STAGGER, Cluster

@@ -529,7 +529,7 @@ async def test_check_topic_refuses_a_missing_topic_and_says_how_to_create_it(clu
     with pytest.raises(StateTopicError, match="does not exist") as refused:
         await transport.check_topic(cluster.partitions, LEASE)
     assert "cleanup.policy=compact" in str(refused.value)
-    assert "--create" in str(refused.value)
+    assert "krabka create-topics" in str(refused.value)
 
 
 async def test_check_topic_refuses_a_topic_that_is_not_compacted(cluster):
@@ -730,7 +730,8 @@ async def test_check_terms_topic_refuses_a_missing_topic_and_says_how_to_create_
         terms_topic=f"contract-never-created-{uuid.uuid4().hex[:6]}")
     with pytest.raises(StateTopicError, match=r"the terms topic .* does not exist") as refused:
         await transport.check_terms_topic(cluster.partitions)
-    assert "--terms-topic" in str(refused.value)
+    assert "krabka create-topics" in str(refused.value)
+    assert "--fencing term --terms-topic" in str(refused.value)
     assert "cleanup.policy=compact" in str(refused.value)
 
 

@@ -4,6 +4,7 @@ output and the table layout of each command's JSON answer."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import tomllib
@@ -13,7 +14,6 @@ import pytest
 
 from krabka import TermStatus, TermToken
 from krabka.cli.main import (
-    DISTRIBUTION,
     FENCING_VARIABLE,
     PROG,
     main,
@@ -24,6 +24,7 @@ from krabka.cli.main import (
 )
 from krabka.cli.output import columns, render, timestamp_text, token_text
 from krabka.rules.state import RoleState, RosterEntry
+from krabka.runtime.versions import DISTRIBUTION
 from tests.support.processes import ROOT
 
 TOKEN = {"producer_id": 4000, "producer_epoch": 7}
@@ -57,8 +58,8 @@ def test_usage_names_the_program_and_every_command(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert out.startswith(f"usage: {PROG} ")
-    for command in ("describe", "state", "fence", "roles", "watch"):
-        assert f"    {command} " in out
+    for command in ("describe", "state", "fence", "roles", "watch", "create-topics"):
+        assert re.search(rf"^    {command}\s", out, re.MULTILINE), command
 
 
 @pytest.mark.parametrize("argv", [
@@ -81,7 +82,8 @@ def test_bad_connection_settings_exit_2_naming_the_setting(capsys):
 
 
 def test_every_command_takes_the_connection_flags():
-    for argv in (["describe", "r"], ["state", "r"], ["fence", "r"], ["roles"], ["watch"]):
+    for argv in (["describe", "r"], ["state", "r"], ["fence", "r"], ["roles"], ["watch"],
+                 ["create-topics"]):
         assert main([*argv, "--ssl-cafile", "/no/such/ca.pem"]) == 2
 
 

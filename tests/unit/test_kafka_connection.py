@@ -107,3 +107,41 @@ def test_the_password_never_shows_in_a_description_or_a_repr():
     assert connection.describe()["KAFKA_SASL_PASSWORD"] == "********"
     assert connection.describe()["KAFKA_SASL_USERNAME"] == "u"
     assert "hunter2" not in repr(connection)
+
+
+@pytest.mark.parametrize("servers", [
+    "127.0.0.1:9092", "broker-1:9094,broker-2:9094", "broker-1:9094, broker-2:9094",
+    "kafka", "[::1]:9092", "[::1]", "::1", "fe80::1:2:3"])
+def test_every_address_form_the_kafka_client_parses_is_a_bootstrap_server(servers):
+    assert Connection.from_env({"KAFKA_BOOTSTRAP_SERVERS": servers}).bootstrap_servers == servers
+
+
+@pytest.mark.parametrize(("servers", "named"), [
+    ("broker:abc", "'broker:abc': the port must be a number from 1 to 65535"),
+    ("broker:0", "the port must be a number from 1 to 65535"),
+    ("broker:65536", "the port must be a number from 1 to 65535"),
+    ("broker:", "the port must be a number"),
+    (":9092", "':9092' has no host"),
+    ("a:1,,b:2", "an empty entry"),
+    ("a:1,", "an empty entry"),
+    ("a b:1", "has a space in it"),
+    ("[::1]9092", "only :port may follow the bracketed address"),
+    ("[::1:9092", "is not [IPv6 address]"),
+    ("a:1:2", "is neither host:port nor an IPv6 address"),
+])
+def test_a_malformed_bootstrap_list_is_refused_naming_the_variable_and_the_entry(servers,
+                                                                                 named):
+    with pytest.raises(ConfigurationError) as refused:
+        Connection.from_env({"KAFKA_BOOTSTRAP_SERVERS": servers})
+    assert str(refused.value).startswith(f"KAFKA_BOOTSTRAP_SERVERS={servers!r}: ")
+    assert named in str(refused.value)
+
+
+def test_a_malformed_bootstrap_flag_is_a_usage_error_naming_the_flag(capsys):
+    parser = argparse.ArgumentParser(prog="tool")
+    Connection.add_arguments(parser)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--bootstrap-servers", "broker:abc"])
+    assert exit_.value.code == 2
+    assert ("tool: error: argument --bootstrap-servers: 'broker:abc': the port must be a "
+            "number from 1 to 65535") in capsys.readouterr().err

@@ -277,7 +277,6 @@ WORKER_MAY_IMPORT_MODULES = {
     "krabka.clock": "the system clock its runners and tick timer share",
     "krabka.transport": "the transport seam's protocols its rebalancing reads through",
     "krabka.health": "the leadership health its liveness answers with",
-    "krabka.cli.main": "the installed version its metrics report, as the command does",
 }
 WORKER_MAY_IMPORT = {
     "krabka.format": "the record formats and partitioning its fold decodes with",
