@@ -22,6 +22,7 @@ from app.access import worker_acls
 from app.settings import Settings
 from krabka.kafka.access import AccessDeniedError, Acl, check_access
 from tests.app.test_app_harness import AppGroup, poll
+from tests.support.cli_run import STATUS, run_once
 from tests.support.ports import free_port
 from tests.support.secure_cluster import SecureCluster
 
@@ -140,3 +141,13 @@ def test_a_worker_lacking_an_acl_stops_at_start_up_naming_it(
     log = worker.log.read_text(errors="replace")
     assert status != 0, log[-3000:]
     assert f"lacks the ACL(s) {lacking}" in log, log[-3000:]
+
+
+def test_krabka_run_leads_a_role_and_runs_its_command_over_sasl_ssl(
+        group: AppGroup, secure_kafka: SecureCluster):
+    done = run_once({**group.env(free_port()), **secure_kafka.env("admin")}, "secure.run",
+                    "--topic", group.state_topic, "--partitions", str(group.partitions))
+    assert done.returncode == STATUS, done.stderr
+    role, fencing, token = done.stdout.split()
+    assert (role, fencing) == ("secure.run", "epoch")
+    assert [int(part) >= 0 for part in token.split(":")] == [True, True]

@@ -20,6 +20,7 @@ from app.access import worker_acls
 from app.settings import Settings
 from krabka.kafka.access import AccessDeniedError, check_access
 from tests.app.test_app_harness import AppGroup, AppWorker, poll
+from tests.support.cli_run import STATUS, run_once
 from tests.support.ports import free_port
 from tests.support.secure_cluster import SecureCluster
 
@@ -106,3 +107,14 @@ def test_a_term_mode_group_runs_elects_and_hands_over_without_transactional_id_a
     assert "lacks the ACL" not in log
     assert "TransactionalIdAuthorizationFailed" not in log
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" not in log
+
+
+def test_krabka_run_leads_a_term_mode_role_over_sasl_ssl_without_transactional_id_acls(
+        group: AppGroup, secure_kafka: SecureCluster):
+    done = run_once({**group.env(free_port()), **secure_kafka.env(USER)}, "secure.term-run",
+                    "--fencing", "term", "--topic", group.state_topic,
+                    "--terms-topic", group.terms_topic, "--partitions", str(group.partitions))
+    assert done.returncode == STATUS, done.stderr
+    role, fencing, term = done.stdout.split()
+    assert (role, fencing) == ("secure.term-run", "term")
+    assert int(term) >= 1
