@@ -19,7 +19,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable
 from typing import Any
 
 from krabka.cli.campaign import (
@@ -36,6 +36,7 @@ from krabka.observe.events import LeadershipEvent
 from krabka.observe.json_forms import token_json
 from krabka.observe.watch import watch_events
 from krabka.runner import LeaderRunner, RunnerObserver, TenureStop
+from krabka.runtime.cancellation import until_one_ends
 from krabka.tenure import Leadership
 from krabka.term.watch import watch_term_events
 
@@ -182,20 +183,8 @@ async def _observe(transport: KafkaTransport, args: argparse.Namespace, table: b
     if term:
         watches.append(watch_term_events(transport, args.partitions, report,
                                          roles=[args.role], following=following))
-    await _until_signalled(_first_to_end(watches))
+    await _until_signalled(until_one_ends(watches))
 
-
-async def _first_to_end(watches: list[Coroutine[Any, Any, None]]) -> None:
-    """Run `watches` until one ends (they end only by raising, or when cancelled)."""
-    tasks = [asyncio.ensure_future(watch) for watch in watches]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _elect(args: argparse.Namespace, member: str, table: bool) -> None:

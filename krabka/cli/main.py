@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -52,7 +52,7 @@ from krabka.observe.status import LeadershipStatus, TermStatus
 from krabka.observe.watch import watch_events
 from krabka.options import FENCINGS, check_fencing
 from krabka.rules.state import RoleState
-from krabka.runtime.cancellation import bounded
+from krabka.runtime.cancellation import bounded, until_one_ends
 from krabka.runtime.versions import installed_version
 from krabka.term.describe import describe_term_roles
 from krabka.term.watch import watch_term_events
@@ -379,7 +379,7 @@ async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: boo
         watches.append(watch_term_events(transport, args.partitions, emit, roles=args.roles,
                                          from_beginning=args.from_beginning,
                                          following=following))
-    watching = asyncio.ensure_future(_until_one_ends(watches))
+    watching = asyncio.ensure_future(until_one_ends(watches))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -393,22 +393,6 @@ async def _watch(transport: KafkaTransport, args: argparse.Namespace, table: boo
         with contextlib.suppress(asyncio.CancelledError):
             await watching
 
-
-async def _until_one_ends(watches: list[Coroutine[Any, Any, None]]) -> None:
-    """Run `watches` until one ends (they end only by raising); then stop the others.
-
-    Not a TaskGroup: it would wrap the error in an ExceptionGroup, and the
-    exit status is chosen by the error's own type.
-    """
-    tasks = [asyncio.ensure_future(watch) for watch in watches]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _transport(args: argparse.Namespace) -> KafkaTransport:

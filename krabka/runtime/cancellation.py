@@ -18,12 +18,13 @@ finish before the caller's cancellation is delivered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 __all__ = ["bounded", "cancel_and_wait", "retrieve_when_done", "through_cancellation",
+           "until_one_ends",
            "within"]
 
 
@@ -121,3 +122,21 @@ async def within(work: Awaitable[T], seconds: float) -> T:
     if task is not None and task.cancelling() > requested:
         raise asyncio.CancelledError
     return result
+
+
+async def until_one_ends(works: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run `works` side by side until one ends; then cancel the others and wait
+    for them. The error the first to end raised is raised.
+
+    Not a TaskGroup: it would wrap the error in an ExceptionGroup, and the
+    CLI chooses its exit status by the error's own type.
+    """
+    tasks = [asyncio.ensure_future(work) for work in works]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from krabka import TermToken, acquire_leadership, describe_leadership
 from krabka.kafka import KafkaTransport
 from krabka.term.tenure import TermLeadership
+from tests.support.kafka_io import compacted_state_and_terms_topics
 from tests.support.polling import eventually
 from tests.support.processes import ROOT, Service
 
@@ -38,17 +38,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 @pytest.fixture
 async def topics(kafka_bootstrap: str) -> tuple[str, str]:
     """A state topic and a terms topic of `PARTITIONS` partitions, both compacted."""
-    suffix = uuid.uuid4().hex[:8]
-    state, terms = f"state-{suffix}", f"terms-{suffix}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, PARTITIONS, 1,
-                                            topic_configs={"cleanup.policy": "compact"})
-                                   for name in (state, terms)])
-    finally:
-        await admin.close()
-    return state, terms
+    return await compacted_state_and_terms_topics(kafka_bootstrap, PARTITIONS)
 
 
 @pytest.fixture

@@ -29,6 +29,21 @@ def terms_topic_of(state_topic: str) -> str:
     return state_topic.replace("state-", "terms-", 1)
 
 
+async def compacted_state_and_terms_topics(bootstrap: str, partitions: int) -> tuple[str, str]:
+    """A fresh state topic and terms topic of `partitions` partitions, both compacted."""
+    suffix = uuid.uuid4().hex[:8]
+    state, terms = f"state-{suffix}", f"terms-{suffix}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1,
+                                            topic_configs={"cleanup.policy": "compact"})
+                                   for name in (state, terms)])
+    finally:
+        await admin.close()
+    return state, terms
+
+
 async def create_state_and_output_topics(
     bootstrap: str,
     partitions: int,
