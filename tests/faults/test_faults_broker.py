@@ -632,8 +632,11 @@ async def term_members(broker: Broker) -> AsyncIterator[Any]:
         output_topic = output
 
         async def open(self) -> KafkaTransport:
+            # A read spans the broker's restart: bounded by the test's patience,
+            # not by the default 15 s, which two busy cores can exceed.
             transport = KafkaTransport(broker.bootstrap, topic=state,
-                                       terms_topic=terms_topic_of(state))
+                                       terms_topic=terms_topic_of(state),
+                                       operation_timeout=TIMEOUT)
             await transport.__aenter__()
             opened.append(transport)
             return transport
