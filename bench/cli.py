@@ -44,7 +44,7 @@ WORKER_FIGURES = ("worker-fold", "worker-recovery", "event-latency", "webview-la
 # largest N they may exhaust the broker's resources.
 FIGURES = ("codec", "graceful-handover", "authority-check", "crash-failover", "zombie-writes",
            "zombie-in-flight", "fold-throughput", "term-authority-check", *WORKER_FIGURES,
-           "roles-scale", "roles-scale-group")
+           "metrics-series", "roles-scale", "roles-scale-group")
 # The election figures that run krabka once per fencing mode (--fencing).
 BY_FENCING = {"graceful-handover", "crash-failover", "zombie-writes", "zombie-in-flight"}
 # Which servers each figure needs.
@@ -55,7 +55,7 @@ WITH_PEERS = {"authority-check", *BY_FENCING}
 
 
 def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
-    from bench import figures, fold, scale, term_authority, worker_figures
+    from bench import figures, fold, metrics_series, scale, term_authority, worker_figures
 
     return {
         "codec": figures.codec,
@@ -72,6 +72,7 @@ def figure_runner(name: str) -> Callable[[Bench], Awaitable[None]]:
         "worker-recovery": worker_figures.worker_recovery,
         "event-latency": worker_figures.event_latency,
         "webview-latency": worker_figures.webview_latency,
+        "metrics-series": metrics_series.metrics_series,
     }[name]
 
 
@@ -164,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--term-claims", type=int, default=None,
                    help="claims of one role in term-authority-check (default 100000; "
                         "--quick 10000)")
+    p.add_argument("--series-roles", type=int, default=None,
+                   help="roles metrics-series stands for (default 10000; --quick 1000)")
     p.add_argument("--plots", type=Path, nargs="?", const=DOCS_FOLDER, default=None,
                    help="write PNG plots into this folder, replacing the plots of an earlier "
                         f"run there (alone: {DOCS_FOLDER}/, the plots docs/benchmarks.md shows)")
@@ -249,6 +252,9 @@ async def run(args: argparse.Namespace, folder: Path, peer_folder: Path) -> Benc
     bench.term_claims = args.term_claims or (10_000 if args.quick else 100_000)
     if min(bench.term_roles) < 1 or bench.term_claims < 2:
         raise SystemExit("--term-roles must be at least 1 and --term-claims at least 2")
+    bench.series_roles = args.series_roles or (1000 if args.quick else 10_000)
+    if bench.series_roles < 2:
+        raise SystemExit("--series-roles must be at least 2")
     bench.worker_records = args.worker_records
     bench.fold_workloads = args.fold_workloads.split(",")
     if unknown := set(bench.fold_workloads) - set(WORKLOADS):

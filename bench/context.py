@@ -110,6 +110,8 @@ class Bench:
     term_roles: list[int] = field(default_factory=lambda: [10, 1000, 10000])
     term_claims: int = 100_000
     commit_intervals: list[float] | None = None
+    series_roles: int = 10_000
+    """The roles metrics-series stands for."""
 
     def __post_init__(self) -> None:
         self.state_topic = f"bench-state-{self.run_id}"
