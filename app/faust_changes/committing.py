@@ -3,9 +3,39 @@ declares them)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GapEndsBeforeTheRecord", "GapsNotedInBulk"]
+from app.faust_changes.producing import UnflushedWritesError
+
+__all__ = ["GapEndsBeforeTheRecord", "GapsNotedInBulk", "StalledFlushPutsCommitOff"]
+
+log = logging.getLogger("app.faust_changes")
+
+
+class StalledFlushPutsCommitOff:
+    """FAUST-4 and FAUST-16 on Faust's ``Consumer``: a commit whose flush of the table
+    writes stalls is put off to the next commit interval, where Faust's consumer
+    treats any error of a commit as a crash that stops the worker.
+
+    The flush fails before any offset or transaction marker is sent, so nothing
+    of the commit happened: Faust's acknowledged offsets and committed offsets
+    are as they were, and the next commit covers these offsets and later ones
+    (as after a commit the broker refused, which Faust's own commit returns as
+    not done). A broker that stays stalled past the transaction timeout aborts
+    the transaction, and the next commit fails as a fenced one does.
+    """
+
+    async def _commit_offsets(self, offsets: Mapping[Any, int],
+                              start_new_transaction: bool = True) -> bool:
+        try:
+            did_commit: bool = await super()._commit_offsets(  # type: ignore[misc]
+                offsets, start_new_transaction)
+        except UnflushedWritesError as exc:
+            log.warning("commit put off to the next commit interval: %s", exc)
+            return False
+        return did_commit
 
 
 class GapEndsBeforeTheRecord:

@@ -9,6 +9,7 @@ builds its own subclasses from; Faust's classes are never changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,7 @@ __all__ = ["COORDINATOR_RETRIES", "FLUSH_SECONDS", "AtLeastOnceFlushDrains",
 log = logging.getLogger("app.faust_changes")
 
 FLUSH_SECONDS = 5.0
-"""The longest a commit waits for the producer buffer's table writes to be sent."""
+"""The longest a commit's flush waits without a table write being sent."""
 
 COORDINATOR_RETRIES = 10
 """How many times a worker's Faust producer looks its coordinator up again after
@@ -34,47 +35,52 @@ the connection was lost during the lookup, before the error propagates (AIOKAFKA
 
 
 class UnflushedWritesError(RuntimeError):
-    """A commit's flush could not send the producer buffer's table writes in time:
-    the commit fails rather than commit offsets ahead of their writes."""
+    """A commit's flush sent none of the producer buffer's table writes it waits for
+    in `FLUSH_SECONDS`: the commit fails rather than commit offsets ahead of them."""
 
     def __init__(self, buffered: int, sending: int) -> None:
-        super().__init__(f"{buffered} table writes still buffered and {sending} being sent "
-                         f"after {FLUSH_SECONDS:g} s: the commit fails rather than commit "
-                         "offsets ahead of them")
+        super().__init__(f"{buffered} table writes still buffered and {sending} being sent, "
+                         f"none sent in the last {FLUSH_SECONDS:g} s: the commit fails "
+                         "rather than commit offsets ahead of them")
         self.buffered = buffered
         self.sending = sending
 
 
 class SendsUnderWay:
-    """The table writes a producer buffer has taken from its queue and not yet sent.
+    """The table writes a producer buffer has taken from its queue and not yet sent,
+    and how many it has sent.
 
     Faust's buffer counts only what waits in its queue (``ProducerBuffer.size``):
     its sending task takes a write off the queue, then awaits the send, and in
-    between the write is in neither count nor transaction (FAUST-4).
+    between the write is in neither count nor transaction (FAUST-4). That one
+    task sends the writes one at a time in queue order, so the writes present
+    at any moment are all sent once `sent` has grown by their number.
     """
 
     def __init__(self) -> None:
         self.count = 0
         """Writes taken off the queue and not yet sent."""
+        self.sent = 0
+        """Writes sent (or dropped) since the buffer was made."""
         self.waiting = 0
-        """Flushes waiting for them (`idle`)."""
-        self._idle = asyncio.Event()
-        self._idle.set()
+        """Flushes waiting for a send to end (`next_send`)."""
+        self._ended = asyncio.Event()
 
     def started(self) -> None:
         self.count += 1
-        self._idle.clear()
 
     def ended(self) -> None:
         self.count -= 1
-        if not self.count:
-            self._idle.set()
+        self.sent += 1
+        self._ended.set()
+        self._ended = asyncio.Event()
 
-    async def idle(self) -> None:
-        """Wait until no write is under way."""
+    async def next_send(self) -> None:
+        """Wait until the send under way (or the next one) ends."""
+        ended = self._ended
         self.waiting += 1
         try:
-            await self._idle.wait()
+            await ended.wait()
         finally:
             self.waiting -= 1
 
@@ -115,31 +121,31 @@ class LateWritesDropped:
 
 
 async def flush_buffer(buffer: Any) -> None:
-    """Send every buffered table write into the transactions still open, and wait
-    for the sends already under way.
+    """Send every table write buffered or being sent when the flush starts into the
+    transactions still open.
 
-    ``ProducerBuffer.flush`` gives up after 0.1 s without a send, so it is
-    repeated while writes remain, for at most `FLUSH_SECONDS`; a buffer that is
-    not running sends nothing (Faust's own flush would raise). Every caller
-    commits offsets next, and an offset committed ahead of its event's table
-    write loses the write if the worker dies before the next commit: so writes
-    still buffered or being sent at the deadline raise `UnflushedWritesError`.
-    A buffer without `SendsCounted` has no count of its sends under way.
+    Every caller commits offsets next, and an offset committed ahead of its
+    event's table write loses the write if the worker dies before the next
+    commit. The flush waits for exactly the writes present at its start (the
+    fold goes on buffering while it waits, and a flush that chased those would
+    never end), however long they take while sends go on; when `FLUSH_SECONDS`
+    pass without one being sent, it raises `UnflushedWritesError`. A buffer
+    that is not running sends nothing (Faust's own flush would raise). The
+    buffer is the worker's, with `SendsCounted`.
     """
+    under_way: SendsUnderWay = buffer.under_way
     loop = asyncio.get_running_loop()
+    target = under_way.sent + under_way.count + buffer.size
+    sent = under_way.sent
     deadline = loop.time() + FLUSH_SECONDS
-    under_way: SendsUnderWay | None = getattr(buffer, "under_way", None)
-    while (buffer.size or (under_way and under_way.count)) and buffer.state == "running":
+    while under_way.sent < target and buffer.state == "running":
+        if under_way.sent != sent:
+            sent, deadline = under_way.sent, loop.time() + FLUSH_SECONDS
         left = deadline - loop.time()
         if left <= 0:
-            raise UnflushedWritesError(buffer.size, under_way.count if under_way else 0)
-        if buffer.size or under_way is None:
-            await buffer.flush()
-        else:
-            try:
-                await asyncio.wait_for(under_way.idle(), left)
-            except TimeoutError:
-                continue  # the deadline's error, above
+            raise UnflushedWritesError(buffer.size, under_way.count)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(under_way.next_send(), left)
 
 
 class CommitFlushesFirst:

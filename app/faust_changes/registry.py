@@ -115,14 +115,17 @@ CHANGES: tuple[Change, ...] = (
         id="FAUST-4", kind=Kind.BUG,
         title="Under exactly_once a commit leaves buffered table writes out of its transaction",
         invariant="A transactional commit carries no offset ahead of its event's table "
-                  "writes: it first sends every write buffered or being sent, or fails.",
+                  "writes: it first sends every write buffered or being sent, or, when "
+                  "none is sent for FLUSH_SECONDS, is put off to the next commit.",
         touches=("faust.transport.drivers.aiokafka:Producer.commit_transactions",
-                 "faust.transport.producer:ProducerBuffer._send_pending"),
+                 "faust.transport.producer:ProducerBuffer._send_pending",
+                 "faust.transport.consumer:Consumer._commit_offsets"),
         written_for=(FAUST,), exact=False,
         upstream=f"{UNFILED}; matches faust-streaming/faust#177 (open: a producer sending "
                  "outside a transaction under exactly_once)",
         mixins={Seam.PRODUCER: producing.CommitFlushesFirst,
-                Seam.PRODUCER_BUFFER: producing.SendsCounted}),
+                Seam.PRODUCER_BUFFER: producing.SendsCounted,
+                Seam.CONSUMER: committing.StalledFlushPutsCommitOff}),
     Change(
         id="FAUST-5", kind=Kind.BUG,
         title="Under exactly_once a table write made after the final commit crashes the buffer",
@@ -256,7 +259,9 @@ CHANGES: tuple[Change, ...] = (
         id="FAUST-16", kind=Kind.BUG,
         title="An at-least-once commit can go ahead of table writes still buffered",
         invariant="An at-least-once commit carries no offset ahead of its event's table "
-                  "writes: the flush before it drains the buffer, or fails.",
+                  "writes: the flush before it drains the buffer, or, when no write is "
+                  "sent for FLUSH_SECONDS, the commit is put off to the next (FAUST-4's "
+                  "consumer change).",
         touches=("faust.transport.drivers.aiokafka:Producer.flush",),
         written_for=(FAUST,), exact=False,
         upstream=f"{UNFILED}; no upstream issue found",

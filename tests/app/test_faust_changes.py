@@ -38,7 +38,8 @@ from faust.transport.producer import ProducerBuffer
 from faust.types import TP
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
-from app.faust_changes import ChangedApp, classes, fetching, producing, recovering
+from app.faust_changes import ChangedApp, classes, committing, fetching, producing, recovering
+from app.faust_changes.persisting import CommitMarked
 from app.faust_changes.registry import CHANGES
 
 RebalanceAgain = faust_recovery.RebalanceAgain
@@ -468,6 +469,75 @@ async def test_a_commit_whose_table_writes_cannot_be_sent_in_time_fails_without_
     assert "commit" not in log
 
 
+class _TimedChannel(_Channel):
+    """A send that takes `seconds` (a broker slow to take each batch)."""
+
+    def __init__(self, log: _Log, seconds: float) -> None:
+        super().__init__(log)
+        self.seconds = seconds
+
+    async def publish_message(self, fut: object, wait: bool = False) -> None:
+        await asyncio.sleep(self.seconds)
+        await super().publish_message(fut, wait)
+
+
+@pytest.mark.parametrize("commit", ["transactional", "at least once"])
+async def test_a_flush_that_keeps_sending_is_not_cut_off_however_long_it_takes(
+    monkeypatch, commit,
+):
+    """Only a flush that sends nothing for `FLUSH_SECONDS` fails its commit: a worker
+    whose buffer took longer than that to drain, one send after another, failed
+    its commit and exited."""
+    monkeypatch.setattr(producing, "FLUSH_SECONDS", 0.2)
+    log = _Log()
+    buffer, producer = _transactional(log)
+    await buffer.start()
+    try:
+        for _ in range(4):  # 0.4 s of sends in all, each within the 0.2 s
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_TimedChannel(log, 0.1))))
+        if commit == "transactional":
+            await asyncio.wait_for(producer.commit_transactions({"tid": {}}, "group"), 5)
+        else:
+            await asyncio.wait_for(producer.flush(), 5)
+            log.append("flushed")
+    finally:
+        await buffer.stop()
+    assert log[:4] == ["send table write"] * 4
+    assert log[4:] == (["send offsets", "commit"] if commit == "transactional" else ["flushed"])
+
+
+async def test_a_flush_waits_for_the_table_writes_present_at_its_start_and_not_for_later_ones(
+    monkeypatch,
+):
+    """The fold goes on buffering writes while a commit flushes: a flush that waited
+    for an empty buffer chased them for as long as the fold ran."""
+    monkeypatch.setattr(producing, "FLUSH_SECONDS", 0.5)
+    log = _Log()
+    earlier, later = asyncio.Event(), asyncio.Event()
+    buffer, producer = _transactional(log)
+    await buffer.start()
+    try:
+        for _ in range(2):
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_GatedChannel(log, earlier))))
+        commit = asyncio.ensure_future(producer.commit_transactions({"tid": {}}, "group"))
+        await _until(lambda: buffer.under_way.waiting, within=5)
+        for _ in range(3):  # buffered while the commit waits; never sent during it
+            buffer.put(types.SimpleNamespace(
+                message=types.SimpleNamespace(channel=_GatedChannel(log, later))))
+        earlier.set()
+        await asyncio.wait_for(commit, 5)
+        committed = list(log)
+    finally:
+        earlier.set()
+        later.set()
+        await _until(lambda: log.count("send table write") == 5, within=5)
+        await buffer.stop()
+    assert committed == ["take table write", "send table write"] * 2 + [
+        "take table write", "send offsets", "commit"]
+
+
 async def test_an_at_least_once_flush_that_cannot_send_the_table_writes_fails_the_commit(
     monkeypatch,
 ):
@@ -489,6 +559,48 @@ async def test_an_at_least_once_flush_that_cannot_send_the_table_writes_fails_th
     assert not producer.client_flushed
 
 
+class _CommittingConsumer:
+    """A stand-in for Faust's consumer: its commit ends as `outcome` says."""
+
+    def __init__(self, outcome: BaseException | None) -> None:
+        self.outcome = outcome
+
+    async def _commit_offsets(self, offsets: object, start_new_transaction: bool = True) -> bool:
+        if self.outcome is not None:
+            raise self.outcome
+        return True
+
+
+class _StalledCommitConsumer(committing.StalledFlushPutsCommitOff, _CommittingConsumer):
+    """The worker's consumer change over the stand-in."""
+
+
+async def test_a_commit_whose_flush_stalls_is_put_off_and_the_next_one_commits(caplog):
+    """Faust's consumer treats a commit's error as a crash: a flush that sent
+    nothing for `FLUSH_SECONDS` stopped the worker."""
+    consumer = _StalledCommitConsumer(producing.UnflushedWritesError(3, 1))
+    assert await consumer._commit_offsets({"tp": 7}) is False
+    assert "commit put off to the next commit interval" in caplog.text
+    consumer.outcome = None
+    assert await consumer._commit_offsets({"tp": 9}) is True
+
+
+async def test_a_commit_that_fails_for_any_other_reason_still_raises():
+    fenced = faust_aiokafka.ProducerFenced()
+    with pytest.raises(faust_aiokafka.ProducerFenced):
+        await _StalledCommitConsumer(fenced)._commit_offsets({"tp": 7})
+
+
+def test_the_worker_s_consumer_puts_off_a_stalled_commit_around_every_other_commit_change():
+    """Outermost, it also catches the at-least-once flush that FAUST-17's change makes
+    before noting its marks."""
+    mro = classes().transport.Consumer.__mro__
+    changes = [cls for cls in mro if "_commit_offsets" in vars(cls)
+               and cls.__module__.startswith("app.")]
+    assert changes[0] is committing.StalledFlushPutsCommitOff
+    assert CommitMarked in changes
+
+
 class _OverlappingProducer(_TransactionProducer):
     """A partition's producer whose EndTxn answers only once every partition of
     the commit has sent its own: a commit that ends one transaction before it
@@ -507,7 +619,9 @@ class _OverlappingProducer(_TransactionProducer):
 
 
 def _committing(producers: dict[str, _TransactionProducer]) -> _Producer:
-    return _Producer(types.SimpleNamespace(size=0, state="running"), producers)
+    """A producer of `producers` whose buffer is empty."""
+    buffer = types.SimpleNamespace(size=0, state="running", under_way=producing.SendsUnderWay())
+    return _Producer(buffer, producers)
 
 
 async def test_the_partitions_of_a_commit_end_their_transactions_side_by_side():
