@@ -15,12 +15,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from krabka.format.partition import role_partition
-from tests.app.test_app_harness import AppGroup, poll
+from tests.app.test_app_harness import AppGroup, poll, register_roles
 from tests.faults.test_faults_broker import own_broker
-from tests.support.lease_io import registration_record
 
 pytestmark = pytest.mark.integration
 
@@ -42,22 +39,6 @@ CAUGHT_UP_WITHIN = 240.0
 """Seconds, after the broker answers again, to fold every registration."""
 
 
-async def _register(bootstrap: str, topic: str) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
-                                max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        sends = []
-        for i in range(ROLES):
-            role = f"acme.freeze-{i:05d}"
-            key, value = registration_record(role, "m0")
-            sends.append(await producer.send(topic, value, key=key,
-                                             partition=role_partition(role, PARTITIONS)))
-        await asyncio.gather(*sends)
-    finally:
-        await producer.stop()
-
-
 def test_a_worker_whose_broker_freezes_while_it_folds_folds_to_the_end_once_it_thaws(tmp_path):
     with own_broker(tmp_path / "kafka") as broker:
         group = AppGroup(broker.bootstrap, tmp_path, partitions=PARTITIONS, extra_env={
@@ -65,7 +46,8 @@ def test_a_worker_whose_broker_freezes_while_it_folds_folds_to_the_end_once_it_t
             "COORDINATION_READY_PROBE_INTERVAL": str(PROBE_INTERVAL),
         })
         group.create_topics()
-        asyncio.run(_register(broker.bootstrap, group.state_topic))
+        asyncio.run(register_roles(broker.bootstrap, group.state_topic,
+                                   [f"acme.freeze-{i:05d}" for i in range(ROLES)], PARTITIONS))
         worker = group.start()
         try:
             def ready() -> tuple[int, dict]:

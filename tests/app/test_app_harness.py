@@ -20,12 +20,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from krabka.format.partition import role_partition
+from tests.support.lease_io import registration_record
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +178,25 @@ async def read_committed(bootstrap: str, topic: str, count: int, seconds: float)
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:
         await consumer.stop()
+
+
+async def register_roles(bootstrap: str, topic: str, roles: Sequence[str], partitions: int,
+                         members: Sequence[str] = ("m0",)) -> None:
+    """A registration of each of `members` for each of `roles` on the state topic
+    `topic` of `partitions` partitions, written before the test's workers fold them."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                                max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        sends = []
+        for member in members:
+            for role in roles:
+                key, value = registration_record(role, member)
+                sends.append(await producer.send(topic, value, key=key,
+                                                 partition=role_partition(role, partitions)))
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
 
 
 class AppWorker:

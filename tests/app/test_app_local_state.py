@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from krabka.format.partition import role_partition
-from tests.app.test_app_harness import AppGroup, AppWorker, poll
-from tests.support.lease_io import registration_record
+from tests.app.test_app_harness import AppGroup, AppWorker, poll, register_roles
 
 pytestmark = pytest.mark.integration
 
@@ -40,22 +38,8 @@ def _role(i: int) -> str:
     return f"acme.kept-{i:05d}"
 
 
-async def _register(bootstrap: str, topic: str, roles: int, members: int = 1) -> None:
-    """`members` registrations of each of `roles` roles on the state topic."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
-                                max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        sends = []
-        for member in range(members):
-            for i in range(roles):
-                role = _role(i)
-                key, value = registration_record(role, f"m{member}")
-                sends.append(await producer.send(topic, value, key=key,
-                                                 partition=role_partition(role, PARTITIONS)))
-        await asyncio.gather(*sends)
-    finally:
-        await producer.stop()
+def _roles() -> list[str]:
+    return [_role(i) for i in range(ROLES)]
 
 
 @pytest.fixture
@@ -125,7 +109,8 @@ def _changelog_records(group: AppGroup) -> int:
 
 
 def test_a_worker_restarted_with_its_data_directory_reads_only_the_changelog_after_it(group):
-    asyncio.run(_register(group.bootstrap, group.state_topic, ROLES, members=3))
+    asyncio.run(register_roles(group.bootstrap, group.state_topic, _roles(), PARTITIONS,
+                                [f"m{m}" for m in range(3)]))
     first = group.start(env={"COORDINATION_DEMO": "0"})
     folded = _ready_with_every_role(first, 3)
     first.stop()
@@ -147,7 +132,8 @@ def test_a_worker_restarted_with_its_data_directory_reads_only_the_changelog_aft
 
 
 def test_a_worker_killed_while_folding_restarts_with_only_what_was_committed(group):
-    asyncio.run(_register(group.bootstrap, group.state_topic, ROLES, members=MEMBERS))
+    asyncio.run(register_roles(group.bootstrap, group.state_topic, _roles(), PARTITIONS,
+                                [f"m{m}" for m in range(MEMBERS)]))
     first = group.start(env={"COORDINATION_DEMO": "0"})
 
     def folding() -> bool | None:
